@@ -1,0 +1,1 @@
+"""Ragdesk's web application: HTTP, HTML and wiring of retrieval/ and llm/."""

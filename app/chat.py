@@ -1,0 +1,183 @@
+"""A question in, a grounded streamed answer out: retrieval, prompt, generation, citations."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from app.conversations import Citation, Conversation, Conversations, Message
+from app.errors import NotFound, UnprocessableInput
+from app.streaming import iterate_in_thread
+from llm.citations import attribute, cited_numbers
+from llm.generator import GenerationRequest, Generator
+from llm.prompt import Prompt, PromptTooLong, Source, Turn, build_prompt
+from retrieval.search import Retriever
+from retrieval.types import Hit
+
+log = logging.getLogger(__name__)
+
+NOTHING_FOUND = (
+    "I could not find anything about that in the documents, so I cannot answer it from them."
+)
+MAX_QUESTION_CHARS = 4000
+SNIPPET_CHARS = 300
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    top_k: int
+    min_score: float
+    max_answer_tokens: int
+    temperature: float
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    text: str
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    message: Message
+
+
+ChatEvent = TokenEvent | DoneEvent
+
+
+def clean_question(raw: str) -> str:
+    question = raw.strip()
+    if not question:
+        raise UnprocessableInput("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise UnprocessableInput(f"the question is longer than {MAX_QUESTION_CHARS} characters")
+    return question
+
+
+class ChatService:
+    def __init__(
+        self,
+        conversations: Conversations,
+        retriever: Retriever,
+        generator: Generator,
+        config: ChatConfig,
+    ):
+        self.conversations = conversations
+        self.retriever = retriever
+        self.generator = generator
+        self.config = config
+        self._answering: set[int] = set()
+
+    def ask(self, question: str, conversation_id: int | None) -> tuple[Conversation, Message]:
+        """Record the question (in a new conversation unless one is given)."""
+        question = clean_question(question)
+        if conversation_id is None:
+            conversation = self.conversations.create(question)
+        elif (found := self.conversations.get(conversation_id)) is None:
+            raise NotFound("no such conversation")
+        else:
+            conversation = found
+        return conversation, self.conversations.add_message(conversation.id, "user", question)
+
+    async def answer(self, question: Message) -> AsyncIterator[ChatEvent]:
+        """Stream the answer to a recorded question, then store it with its citations.
+
+        A question already answered yields its stored answer at once, so a reconnecting
+        client never triggers a second generation.
+        """
+        existing = self.conversations.reply_to(question)
+        if existing is not None or question.id in self._answering:
+            if existing is not None:
+                yield DoneEvent(existing)
+            return
+        self._answering.add(question.id)
+        try:
+            async for event in self._generate(question):
+                yield event
+        finally:
+            self._answering.discard(question.id)
+
+    async def _generate(self, question: Message) -> AsyncIterator[ChatEvent]:
+        hits = await asyncio.to_thread(
+            lambda: self.retriever.search(
+                question.content, self.config.top_k, min_score=self.config.min_score
+            ).hits
+        )
+        if not hits:
+            yield TokenEvent(NOTHING_FOUND)
+            yield DoneEvent(self._save(question, NOTHING_FOUND, ()))
+            return
+        sources = [Source(n, hit.title, hit.page, hit.text) for n, hit in enumerate(hits, 1)]
+        prompt = await asyncio.to_thread(self._prompt, question, sources)
+        request = GenerationRequest(
+            prompt=prompt.text,
+            max_tokens=self.config.max_answer_tokens,
+            temperature=self.config.temperature,
+            stop=prompt.stop,
+        )
+        cancel = threading.Event()
+        parts: list[str] = []
+        finished = False
+        try:
+            stream = iterate_in_thread(lambda: self.generator.stream(request, cancel), cancel)
+            async for token in stream:
+                parts.append(token)
+                yield TokenEvent(token)
+            finished = True
+        finally:
+            if not finished:  # the client left: keep what was said, marked as cut short
+                cancel.set()
+                partial = "".join(parts).strip()
+                self._save(question, f"{partial} …(stopped)" if partial else "(stopped)", ())
+        answer = attribute("".join(parts).strip(), prompt.sources)
+        numbers = cited_numbers(answer, len(prompt.sources))
+        citations = tuple(_citation(n, hits[n - 1]) for n in numbers)
+        yield DoneEvent(self._save(question, answer or "(no answer)", citations))
+
+    def _prompt(self, question: Message, sources: list[Source]) -> Prompt:
+        history = self._history(question)
+        budget = self.generator.context_tokens - self.config.max_answer_tokens
+        try:
+            return build_prompt(
+                self.generator.prompt_format,
+                question=question.content,
+                sources=sources,
+                history=history,
+                token_budget=budget,
+                count_tokens=self.generator.count_tokens,
+            )
+        except PromptTooLong as exc:
+            raise UnprocessableInput(str(exc)) from exc
+
+    def _history(self, question: Message) -> list[Turn]:
+        turns: list[Turn] = []
+        pending: str | None = None
+        for message in self.conversations.messages(question.conversation_id):
+            if message.id >= question.id:
+                break
+            if message.role == "user":
+                pending = message.content
+            elif pending is not None:
+                turns.append(Turn(pending, message.content))
+                pending = None
+        return turns
+
+    def _save(self, question: Message, answer: str, citations: tuple[Citation, ...]) -> Message:
+        return self.conversations.add_message(
+            question.conversation_id, "assistant", answer, citations
+        )
+
+
+def _citation(number: int, hit: Hit) -> Citation:
+    return Citation(
+        number=number,
+        chunk_id=hit.chunk_id,
+        document_id=hit.document_id,
+        title=hit.title,
+        page=hit.page,
+        start=hit.start,
+        end=hit.end,
+        snippet=hit.text[:SNIPPET_CHARS],
+    )

@@ -1,0 +1,106 @@
+"""The application's error hierarchy and the one handler that renders every error.
+
+htmx requests get the ``_error.html`` partial, ``/api`` and ``/v1`` get JSON, browsers
+get a full error page. Unexpected exceptions are logged and shown as a plain 500
+without internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.response import Template
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+log = logging.getLogger(__name__)
+
+
+class AppError(Exception):
+    status = 400
+    title = "Bad request"
+
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers or {}
+
+
+class NotFound(AppError):
+    status = 404
+    title = "Not found"
+
+
+class UnprocessableInput(AppError):
+    status = 422
+    title = "Invalid input"
+
+
+class UnsupportedMediaType(AppError):
+    status = 415
+    title = "Unsupported file type"
+
+
+class NotReady(AppError):
+    status = 503
+    title = "Starting up"
+
+    def __init__(self, detail: str = "the models are still loading; try again shortly"):
+        super().__init__(detail, headers={"Retry-After": "5"})
+
+
+def _describe(exc: Exception) -> tuple[int, str, str, dict[str, str]]:
+    if isinstance(exc, AppError):
+        return exc.status, exc.title, exc.detail, exc.headers
+    if isinstance(exc, ValidationException):
+        # Malformed or missing fields are unprocessable input, as for our own checks.
+        extra = exc.extra if isinstance(exc.extra, list) else []
+        details = "; ".join(_field_message(item) for item in extra) or exc.detail
+        return 422, "Invalid input", details, {}
+    if isinstance(exc, HTTPException):
+        return exc.status_code, _title_for(exc.status_code), exc.detail, dict(exc.headers or {})
+    log.exception("unhandled error", exc_info=exc)
+    return HTTP_500_INTERNAL_SERVER_ERROR, "Server error", "something went wrong on our side", {}
+
+
+def _field_message(item: Any) -> str:
+    if isinstance(item, dict):
+        key = item.get("key")
+        message = item.get("message", "invalid")
+        return f"{key}: {message}" if key else str(message)
+    return str(item)
+
+
+def _title_for(status: int) -> str:
+    return {
+        400: "Bad request",
+        401: "Unauthorized",
+        403: "Forbidden",
+        404: "Not found",
+        405: "Method not allowed",
+        413: "Too large",
+        415: "Unsupported file type",
+        429: "Too many requests",
+        503: "Unavailable",
+    }.get(status, "Error")
+
+
+def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    status, title, detail, headers = _describe(exc)
+    path = request.url.path
+    if path.startswith(("/api/", "/v1/", "/health")):
+        return Response(
+            {"error": {"status": status, "title": title, "detail": detail}},
+            status_code=status,
+            headers=headers,
+            media_type=MediaType.JSON,
+        )
+    template = "_error.html" if request.headers.get("hx-request") else "error.html"
+    return Template(
+        template,
+        context={"status": status, "title": title, "detail": detail},
+        status_code=status,
+        headers=headers,
+    )  # type: ignore[return-value]

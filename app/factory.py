@@ -1,0 +1,73 @@
+"""``create_app(settings)``: the only way a Litestar app is made."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import Litestar, Response
+from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.datastructures import State
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+
+from app.errors import handle_error
+from app.rendering import render_answer
+from app.routes.api import ChatApi, DocumentsApi, SearchApi
+from app.routes.health import live, ready
+from app.routes.pages import Pages, Partials
+from app.services import services_lifespan
+from app.settings import Settings
+
+# No inline script or style, nothing from other origins; htmx's SSE uses connect-src 'self'.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+
+
+def _add_security_headers(response: Response[Any]) -> Response[Any]:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
+def _configure_templates(engine: JinjaTemplateEngine) -> None:
+    engine.engine.globals["render_answer"] = render_answer
+    engine.engine.filters["render_answer"] = render_answer
+
+
+def create_app(settings: Settings | None = None) -> Litestar:
+    settings = settings or Settings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return Litestar(
+        route_handlers=[
+            live,
+            ready,
+            Pages,
+            Partials,
+            DocumentsApi,
+            SearchApi,
+            ChatApi,
+            create_static_files_router(path="/static", directories=[settings.static_dir]),
+        ],
+        state=State({"settings": settings}),
+        lifespan=[services_lifespan],
+        template_config=TemplateConfig(
+            directory=settings.templates_dir,
+            engine=JinjaTemplateEngine,
+            engine_callback=_configure_templates,
+        ),
+        exception_handlers={Exception: handle_error},
+        after_request=_add_security_headers,
+        request_max_body_size=settings.max_upload_bytes,
+    )
+
+

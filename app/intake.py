@@ -1,0 +1,80 @@
+"""Reading uploaded files out of a multipart request and handing them to the library."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Request
+from litestar.datastructures import UploadFile
+
+from app.errors import UnprocessableInput, UnsupportedMediaType
+from app.services import Services
+from retrieval.library import display_filename
+from retrieval.parsers import UnsupportedDocumentType, detect_kind
+from retrieval.store import DocumentRecord
+
+MAX_FILES_PER_REQUEST = 100
+
+
+@dataclass(frozen=True)
+class IncomingFile:
+    filename: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Accepted:
+    document: DocumentRecord
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class Rejected:
+    filename: str
+    reason: str
+
+
+async def read_files(request: Request[Any, Any, Any], field: str = "file") -> list[IncomingFile]:
+    form = await request.form()
+    values = form.getall(field) if field in form else []
+    parts = [part for part in values if isinstance(part, UploadFile)]
+    if not parts:
+        raise UnprocessableInput(f"send one or more files as multipart parts named '{field}'")
+    if len(parts) > MAX_FILES_PER_REQUEST:
+        raise UnprocessableInput(f"at most {MAX_FILES_PER_REQUEST} files per request")
+    return [IncomingFile(display_filename(part.filename), await part.read()) for part in parts]
+
+
+def unsupported(files: list[IncomingFile]) -> list[Rejected]:
+    rejected = []
+    for file in files:
+        try:
+            detect_kind(file.data, file.filename)
+        except UnsupportedDocumentType as exc:
+            rejected.append(Rejected(file.filename, str(exc)))
+    return rejected
+
+
+async def submit_all(services: Services, files: list[IncomingFile]) -> list[Accepted | Rejected]:
+    """Store each file (fsynced, committed) off the event loop; unsupported ones are rejected."""
+
+    def submit(file: IncomingFile) -> Accepted | Rejected:
+        try:
+            document, created = services.library.submit(
+                data=file.data, filename=file.filename, collection_id=services.collection_id
+            )
+        except UnsupportedDocumentType as exc:
+            return Rejected(file.filename, str(exc))
+        return Accepted(document, duplicate=not created)
+
+    return [await asyncio.to_thread(submit, file) for file in files]
+
+
+def require_all_supported(files: list[IncomingFile]) -> None:
+    """The JSON API is all-or-nothing: one unsupported file rejects the request with 415."""
+    rejected = unsupported(files)
+    if rejected:
+        names = ", ".join(f"{r.filename} ({r.reason})" for r in rejected)
+        raise UnsupportedMediaType(f"unsupported file type: {names}")

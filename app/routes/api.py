@@ -1,0 +1,102 @@
+"""The native JSON API under ``/api``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, delete, get, post
+from litestar.di import Provide
+from litestar.response import ServerSentEvent
+from litestar.response.sse import ServerSentEventMessage
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.chat import ChatService, DoneEvent, TokenEvent, clean_question
+from app.deps import provide_models, provide_services
+from app.errors import AppError, NotFound
+from app.intake import Accepted, read_files, require_all_supported, submit_all
+from app.schemas import ChatDone, ChatIn, DocumentList, DocumentOut, SearchIn, SearchOut, HitOut
+from app.services import Models, Services
+from app.conversations import Message
+from retrieval.store import DocumentGone
+
+
+class DocumentsApi(Controller):
+    path = "/api/documents"
+    dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
+
+    @post(status_code=HTTP_201_CREATED)
+    async def upload(self, request: Request[Any, Any, Any], services: Services) -> DocumentList:
+        """Upload one or more files (multipart parts named ``file``); ingestion is queued."""
+        files = await read_files(request)
+        require_all_supported(files)
+        results = await submit_all(services, files)
+        return DocumentList(
+            [DocumentOut.of(r.document, duplicate=r.duplicate) for r in results if isinstance(r, Accepted)]
+        )
+
+    @get()
+    async def list_documents(self, services: Services) -> DocumentList:
+        documents = await asyncio.to_thread(services.store.list_documents)
+        return DocumentList([DocumentOut.of(d) for d in documents])
+
+    @get("/{document_id:int}")
+    async def get_document(self, document_id: int, services: Services) -> DocumentOut:
+        document = await asyncio.to_thread(services.store.get_document, document_id)
+        if document is None:
+            raise NotFound("no such document")
+        return DocumentOut.of(document)
+
+    @delete("/{document_id:int}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_document(self, document_id: int, services: Services) -> None:
+        try:
+            await asyncio.to_thread(services.library.delete, document_id)
+        except DocumentGone:
+            raise NotFound("no such document") from None
+
+
+class SearchApi(Controller):
+    path = "/api/search"
+    dependencies = {"models": Provide(provide_models, sync_to_thread=False)}
+
+    @post(status_code=200)
+    async def search(self, data: SearchIn, models: Models) -> SearchOut:
+        query = clean_question(data.query)
+        result = await asyncio.to_thread(models.retriever.search, query, data.k)
+        return SearchOut([HitOut.of(hit) for hit in result.hits])
+
+
+class ChatApi(Controller):
+    path = "/api/chat"
+    dependencies = {
+        "models": Provide(provide_models, sync_to_thread=False),
+        "services": Provide(provide_services, sync_to_thread=False),
+    }
+
+    @post(status_code=200)
+    async def chat(self, data: ChatIn, models: Models) -> ServerSentEvent:
+        """Server-sent events: ``token`` events carry text, ``done`` the stored answer
+        with its citations, ``error`` a problem found after streaming began."""
+        _, question = await asyncio.to_thread(
+            models.chat.ask, clean_question(data.message), data.conversation_id
+        )
+        return ServerSentEvent(json_events(models.chat, question))
+
+
+async def json_events(chat: ChatService, question: Message) -> AsyncIterator[ServerSentEventMessage]:
+    try:
+        async for event in chat.answer(question):
+            if isinstance(event, TokenEvent):
+                yield ServerSentEventMessage(data=_json({"text": event.text}), event="token")
+            elif isinstance(event, DoneEvent):
+                yield ServerSentEventMessage(data=_json(ChatDone.of(event.message)), event="done")
+    except AppError as exc:
+        yield ServerSentEventMessage(
+            data=_json({"status": exc.status, "detail": exc.detail}), event="error"
+        )
+
+
+def _json(value: object) -> str:
+    return msgspec.json.encode(value).decode()

@@ -1,0 +1,30 @@
+"""Liveness and readiness probes; both answer without credentials."""
+
+from __future__ import annotations
+
+from litestar import Response, get
+from litestar.datastructures import State
+from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
+
+from app.schemas import Health
+from app.services import Services
+
+
+@get("/health/live", sync_to_thread=False)
+def live() -> Health:
+    """The process is up and serving HTTP."""
+    return Health(status="ok")
+
+
+@get("/health/ready", sync_to_thread=False)
+def ready(state: State) -> Response[Health]:
+    """200 once the models and vector index are loaded; 503 with the reason until then."""
+    services: Services | None = getattr(state, "services", None)
+    if services is not None and services.ready:
+        return Response(Health(status="ready"), status_code=HTTP_200_OK)
+    detail = services.load_error if services is not None else None
+    return Response(
+        Health(status="failed" if detail else "starting", detail=detail),
+        status_code=HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": "5"},
+    )

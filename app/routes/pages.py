@@ -1,0 +1,195 @@
+"""Server-rendered pages and the htmx partials they are made of."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.di import Provide
+from litestar.enums import RequestEncodingType
+from litestar.params import Body
+from litestar.response import Redirect, ServerSentEvent, Template
+from litestar.response.sse import ServerSentEventMessage
+from msgspec import Struct
+
+from app.chat import ChatService, DoneEvent, TokenEvent
+from app.conversations import Message
+from app.deps import provide_models, provide_services
+from app.errors import AppError, NotFound
+from app.intake import read_files, submit_all
+from app.rendering import highlight_passage
+from app.services import Models, Services
+from retrieval.store import DocumentGone
+
+
+class AskForm(Struct):
+    message: str = ""
+    conversation_id: str = ""
+
+
+def shell_context(services: Services, conversation_id: int | None) -> dict[str, Any]:
+    conversation = services.conversations.get(conversation_id) if conversation_id else None
+    return {
+        "collections": services.store.collections(),
+        "conversations": services.conversations.recent(),
+        "conversation": conversation,
+        "messages": services.conversations.messages(conversation.id) if conversation else [],
+        "documents": services.store.list_documents(),
+        "status": status_context(services),
+    }
+
+
+def status_context(services: Services) -> dict[str, Any]:
+    models = services.models
+    return {
+        "ready": services.ready,
+        "load_error": services.load_error,
+        "model": models.generator.model_id if models else None,
+        "embedder": models.embedder.model_id if models else None,
+        "vectors": models.worker.index.count if models else 0,
+        "queue": models.worker.pending if models else 0,
+        "device": "GPU" if services.settings.n_gpu_layers else "CPU",
+    }
+
+
+class Pages(Controller):
+    dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
+
+    @get("/")
+    async def home(self, services: Services) -> Template:
+        context = await asyncio.to_thread(shell_context, services, None)
+        return Template("chat.html", context=context)
+
+    @get("/c/{conversation_id:int}")
+    async def conversation(self, conversation_id: int, services: Services) -> Template:
+        context = await asyncio.to_thread(shell_context, services, conversation_id)
+        if context["conversation"] is None:
+            raise NotFound("no such conversation")
+        return Template("chat.html", context=context)
+
+    @get("/documents/{document_id:int}")
+    async def document(self, document_id: int) -> Redirect:
+        return Redirect(f"/documents/{document_id}/pages/1")
+
+    @get("/documents/{document_id:int}/pages/{page:int}")
+    async def document_page(
+        self, document_id: int, page: int, services: Services, chunk: int | None = None
+    ) -> Template:
+        """The cited page, with the cited passage highlighted and scrolled into view."""
+        document = await asyncio.to_thread(services.store.get_document, document_id)
+        text = await asyncio.to_thread(services.store.page_text, document_id, page)
+        if document is None or text is None:
+            raise NotFound("no such document page")
+        passage = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
+        if passage is not None and (passage.document_id, passage.page) != (document_id, page):
+            passage = None
+        body = highlight_passage(
+            text, passage.start if passage else None, passage.end if passage else None
+        )
+        return Template(
+            "document.html",
+            context={"document": document, "page": page, "body": body, "passage": passage},
+        )
+
+
+class Partials(Controller):
+    """htmx endpoints: each returns the same partial its page includes.
+
+    Only handlers that take ``models`` wait for the models; the rest work during start-up.
+    """
+
+    path = "/ui"
+    dependencies = {
+        "services": Provide(provide_services, sync_to_thread=False),
+        "models": Provide(provide_models, sync_to_thread=False),
+    }
+
+    @post("/ask", status_code=200)
+    async def ask(
+        self,
+        data: Annotated[AskForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+        models: Models,
+        services: Services,
+    ) -> Template:
+        conversation_id = int(data.conversation_id) if data.conversation_id.isdigit() else None
+        conversation, question = await asyncio.to_thread(
+            models.chat.ask, data.message, conversation_id
+        )
+        return Template(
+            "_turn.html",
+            context={
+                "question": question,
+                "conversation": conversation,
+                "new_conversation": conversation_id is None,
+                "conversations": await asyncio.to_thread(services.conversations.recent),
+            },
+            headers={"HX-Push-Url": f"/c/{conversation.id}"} if conversation_id is None else {},
+        )
+
+    @get("/answers/{question_id:int}/stream")
+    async def answer_stream(
+        self, question_id: int, models: Models, services: Services, request: Request[Any, Any, Any]
+    ) -> ServerSentEvent:
+        question = await asyncio.to_thread(services.conversations.message, question_id)
+        if question is None or question.role != "user":
+            raise NotFound("no such question")
+        return ServerSentEvent(html_events(models.chat, question, request))
+
+    @get("/messages/{message_id:int}/sources")
+    async def sources(self, message_id: int, services: Services) -> Template:
+        message = await asyncio.to_thread(services.conversations.message, message_id)
+        if message is None:
+            raise NotFound("no such message")
+        return Template("_sources.html", context={"message": message})
+
+    @post("/documents", status_code=200)
+    async def upload(self, request: Request[Any, Any, Any], services: Services) -> Template:
+        results = await submit_all(services, await read_files(request))
+        return Template("_upload_rows.html", context={"results": results})
+
+    @get("/documents/{document_id:int}/row")
+    async def document_row(self, document_id: int, services: Services) -> Template:
+        document = await asyncio.to_thread(services.store.get_document, document_id)
+        if document is None:
+            raise NotFound("no such document")
+        return Template("_document_row.html", context={"document": document})
+
+    @delete("/documents/{document_id:int}", status_code=200)
+    async def delete_document(self, document_id: int, services: Services) -> Response[str]:
+        try:
+            await asyncio.to_thread(services.library.delete, document_id)
+        except DocumentGone:
+            raise NotFound("no such document") from None
+        return Response("", headers={"HX-Trigger": "documents-changed"})
+
+    @get("/documents")
+    async def documents(self, services: Services) -> Template:
+        documents = await asyncio.to_thread(services.store.list_documents)
+        return Template("_documents.html", context={"documents": documents})
+
+    @get("/status")
+    async def status(self, services: Services) -> Template:
+        return Template("_status.html", context={"status": status_context(services)})
+
+
+async def html_events(
+    chat: ChatService, question: Message, request: Request[Any, Any, Any]
+) -> AsyncIterator[ServerSentEventMessage]:
+    """Tokens as escaped HTML spans, then the finished message replacing the stream."""
+    templates = request.app.template_engine
+    assert templates is not None
+    try:
+        async for event in chat.answer(question):
+            if isinstance(event, TokenEvent):
+                span = templates.get_template("_token.html").render(token=event.text)
+                yield ServerSentEventMessage(data=span, event="token")
+            elif isinstance(event, DoneEvent):
+                html = templates.get_template("_answer_done.html").render(message=event.message)
+                yield ServerSentEventMessage(data=html, event="done")
+    except AppError as exc:
+        html = templates.get_template("_error.html").render(
+            status=exc.status, title=exc.title, detail=exc.detail
+        )
+        yield ServerSentEventMessage(data=html, event="done")

@@ -1,0 +1,122 @@
+"""What the JSON API takes and returns."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from app.conversations import Citation, Message
+from retrieval.store import DocumentRecord
+from retrieval.types import Hit
+
+
+class DocumentOut(msgspec.Struct):
+    id: int
+    filename: str
+    title: str | None
+    kind: str
+    size: int
+    status: str
+    error: str | None
+    pages: int
+    chunks: int
+    created_at: float
+    updated_at: float
+    duplicate: bool = False
+
+    @classmethod
+    def of(cls, document: DocumentRecord, *, duplicate: bool = False) -> DocumentOut:
+        return cls(
+            id=document.id,
+            filename=document.filename,
+            title=document.title,
+            kind=document.kind.value,
+            size=document.size,
+            status=document.status.value,
+            error=document.error,
+            pages=document.page_count,
+            chunks=document.chunk_count,
+            created_at=document.created_at,
+            updated_at=document.updated_at,
+            duplicate=duplicate,
+        )
+
+
+class DocumentList(msgspec.Struct):
+    documents: list[DocumentOut]
+
+
+class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=4000)]
+    k: Annotated[int, msgspec.Meta(ge=1, le=50)] = 5
+
+
+class HitOut(msgspec.Struct):
+    chunk_id: int
+    document_id: int
+    title: str
+    page: int
+    start: int
+    end: int
+    text: str
+    score: float
+
+    @classmethod
+    def of(cls, hit: Hit) -> HitOut:
+        return cls(
+            chunk_id=hit.chunk_id,
+            document_id=hit.document_id,
+            title=hit.title,
+            page=hit.page,
+            start=hit.start,
+            end=hit.end,
+            text=hit.text,
+            score=round(hit.score, 6),
+        )
+
+
+class SearchOut(msgspec.Struct):
+    hits: list[HitOut]
+
+
+class ChatIn(msgspec.Struct, forbid_unknown_fields=True):
+    message: Annotated[str, msgspec.Meta(min_length=1, max_length=4000)]
+    conversation_id: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class CitationOut(msgspec.Struct):
+    number: int
+    chunk_id: int
+    document_id: int
+    title: str
+    page: int
+    start: int
+    end: int
+    snippet: str
+    url: str
+
+    @classmethod
+    def of(cls, citation: Citation) -> CitationOut:
+        return cls(url=citation.url, **citation.__dict__)
+
+
+class ChatDone(msgspec.Struct):
+    conversation_id: int
+    message_id: int
+    answer: str
+    citations: list[CitationOut]
+
+    @classmethod
+    def of(cls, message: Message) -> ChatDone:
+        return cls(
+            conversation_id=message.conversation_id,
+            message_id=message.id,
+            answer=message.content,
+            citations=[CitationOut.of(c) for c in message.citations],
+        )
+
+
+class Health(msgspec.Struct):
+    status: str
+    detail: str | None = None

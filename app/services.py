@@ -1,0 +1,188 @@
+"""Heavy resources, built in the Litestar lifespan and kept on ``app.state.services``.
+
+SQLite opens at once, so uploads are accepted from the first second; models and the
+vector index load in a background thread, and ``ready`` flips when they are in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from litestar import Litestar
+
+from app.chat import ChatConfig, ChatService
+from app.conversations import Conversations
+from app.errors import NotReady
+from app.settings import Settings
+from llm.generator import FakeGenerator, Generator, LlamaConfig, LlamaGenerator
+from llm.models import bundled_generator_model
+from retrieval.db import Database
+from retrieval.embedder import (
+    Embedder,
+    HashingEmbedder,
+    SentenceTransformerEmbedder,
+    bundled_embedder_dir,
+)
+from retrieval.ingest import IngestConfig, IngestWorker
+from retrieval.library import Library
+from retrieval.search import Retriever
+from retrieval.store import DocumentStore
+from retrieval.uploads import UploadFiles
+from retrieval.vector_sync import open_index
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Models:
+    embedder: Embedder
+    generator: Generator
+    retriever: Retriever
+    chat: ChatService
+    worker: IngestWorker
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    store: DocumentStore
+    library: Library
+    conversations: Conversations
+    collection_id: int
+    models: Models | None = None
+    load_error: str | None = None
+    _loaded: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def ready(self) -> bool:
+        return self.models is not None
+
+    def require_models(self) -> Models:
+        if self.models is None:
+            if self.load_error:
+                raise NotReady(f"the models failed to load: {self.load_error}")
+            raise NotReady()
+        return self.models
+
+    def wait_until_loaded(self, timeout: float | None = None) -> bool:
+        return self._loaded.wait(timeout)
+
+
+def open_services(settings: Settings) -> Services:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.db_path)
+    store = DocumentStore(db)
+    return Services(
+        settings=settings,
+        db=db,
+        store=store,
+        library=Library(store, UploadFiles(settings.uploads_dir)),
+        conversations=Conversations(db),
+        collection_id=store.ensure_collection(),
+    )
+
+
+def load_models(services: Services) -> None:
+    """Load the embedder, vector index and generator, then start ingestion."""
+    settings = services.settings
+    try:
+        embedder = _embedder(settings)
+        index, report = open_index(
+            settings.index_dir,
+            services.store,
+            model_id=embedder.model_id,
+            dimension=embedder.dimension,
+        )
+        log.info("vector index: %d vectors (%s)", index.count, report)
+        generator = _generator(settings)
+        worker = IngestWorker(
+            services.store,
+            services.library.files,
+            embedder,
+            index,
+            settings.index_dir,
+            IngestConfig(
+                chunk_tokens=settings.chunk_tokens,
+                chunk_overlap_tokens=settings.chunk_overlap_tokens,
+                embed_batch_size=settings.embed_batch_size,
+                checkpoint_seconds=settings.index_checkpoint_seconds,
+            ),
+        )
+        retriever = Retriever(embedder, index, services.store)
+        chat = ChatService(
+            services.conversations,
+            retriever,
+            generator,
+            ChatConfig(
+                top_k=settings.top_k,
+                min_score=settings.min_score,
+                max_answer_tokens=settings.max_answer_tokens,
+                temperature=settings.temperature,
+            ),
+        )
+        services.library.attach_worker(worker)
+        services.models = Models(embedder, generator, retriever, chat, worker)
+        if settings.load_samples and not services.store.list_documents():
+            _submit_samples(services, settings.samples_dir)
+    except Exception as exc:
+        log.exception("loading models failed")
+        services.load_error = f"{type(exc).__name__}: {exc}"
+    finally:
+        services._loaded.set()
+
+
+def _embedder(settings: Settings) -> Embedder:
+    if settings.embedder_backend == "fake":
+        return HashingEmbedder()
+    model_dir = settings.embedder_model or bundled_embedder_dir()
+    return SentenceTransformerEmbedder(model_dir, batch_size=settings.embed_batch_size)
+
+
+def _generator(settings: Settings) -> Generator:
+    if settings.generator_backend == "fake":
+        return FakeGenerator(context_tokens=settings.n_ctx)
+    model_path = settings.generator_model or bundled_generator_model(settings.models_dir)
+    return LlamaGenerator(
+        LlamaConfig(
+            model_path=model_path,
+            n_ctx=settings.n_ctx,
+            n_gpu_layers=settings.n_gpu_layers,
+            n_threads=settings.n_threads,
+        )
+    )
+
+
+def _submit_samples(services: Services, samples_dir: Path) -> None:
+    for path in sorted(samples_dir.glob("*")):
+        if path.is_file():
+            services.library.submit(
+                data=path.read_bytes(), filename=path.name, collection_id=services.collection_id
+            )
+            log.info("queued sample document %s", path.name)
+
+
+@asynccontextmanager
+async def services_lifespan(app: Litestar) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    services = await asyncio.to_thread(open_services, settings)
+    app.state.services = services
+    loader = threading.Thread(target=load_models, args=(services,), name="ragdesk-load")
+    loader.start()
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(_shutdown, services, loader)
+
+
+def _shutdown(services: Services, loader: threading.Thread) -> None:
+    loader.join()
+    if services.models is not None:
+        services.models.worker.stop()
+    services.db.close()

@@ -1,0 +1,100 @@
+"""The one typed Settings object. Every field is read from a ``RAGDESK_<NAME>`` variable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Runtime configuration; README.md lists every field with its default."""
+
+    model_config = SettingsConfigDict(env_prefix="RAGDESK_", extra="forbid", frozen=True)
+
+    # --- server -----------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Interface the HTTP server binds to.")
+    port: int = Field(8000, ge=1, le=65535, description="TCP port of the HTTP server.")
+    data_dir: Path = Field(
+        Path("data"),
+        description="Where the SQLite database, FAISS index, uploads and model files live.",
+    )
+    max_upload_bytes: int = Field(
+        50 * 1024 * 1024, gt=0, description="Largest accepted request body; larger gets 413."
+    )
+    load_samples: bool = Field(
+        True, description="Index the bundled user guide on first start (empty database)."
+    )
+
+    # --- retrieval --------------------------------------------------------------------------
+    embedder_backend: Literal["sentence-transformers", "fake"] = Field(
+        "sentence-transformers", description="'fake' is a deterministic hashing embedder."
+    )
+    embedder_model: Path | None = Field(
+        None,
+        description="sentence-transformers model directory; empty = bundled all-MiniLM-L6-v2.",
+    )
+    embed_batch_size: int = Field(32, ge=1, le=1024, description="Chunks embedded per call.")
+    chunk_tokens: int = Field(200, ge=16, le=2048, description="Largest chunk, in embedder tokens.")
+    chunk_overlap_tokens: int = Field(
+        40, ge=0, le=512, description="Tokens repeated between neighbouring chunks."
+    )
+    top_k: int = Field(4, ge=1, le=50, description="Sources retrieved for each question.")
+    min_score: float = Field(
+        0.25,
+        ge=-1.0,
+        le=1.0,
+        description="Cosine similarity below which a hit is not relevant enough to cite.",
+    )
+    index_checkpoint_seconds: float = Field(
+        5.0, ge=0.0, description="Quiet period after ingestion before the FAISS file is saved."
+    )
+
+    # --- generation -------------------------------------------------------------------------
+    generator_backend: Literal["llama-cpp", "fake"] = Field(
+        "llama-cpp", description="'fake' streams a canned grounded answer."
+    )
+    generator_model: Path | None = Field(
+        None, description="GGUF file; empty = the bundled Gemma 3 270M (Q4_K_M)."
+    )
+    n_ctx: int = Field(4096, ge=256, le=131072, description="llama.cpp context length.")
+    n_gpu_layers: int = Field(
+        0, ge=-1, description="Layers offloaded to the GPU (-1 = all; 0 = CPU only)."
+    )
+    n_threads: int | None = Field(
+        None, ge=1, description="CPU threads for llama.cpp; empty = llama.cpp's default."
+    )
+    max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on generated tokens.")
+    temperature: float = Field(0.2, ge=0.0, le=2.0, description="Sampling temperature.")
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "ragdesk.db"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "index"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.data_dir / "uploads"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.data_dir / "models"
+
+    @property
+    def samples_dir(self) -> Path:
+        return REPO_ROOT / "data" / "samples"
+
+    @property
+    def templates_dir(self) -> Path:
+        return REPO_ROOT / "templates"
+
+    @property
+    def static_dir(self) -> Path:
+        return REPO_ROOT / "static"

@@ -1,0 +1,1 @@
+"""Prompt to tokens: grounded prompt building, citations, and generation backends."""

@@ -1,0 +1,121 @@
+"""Citation markers: find the ``[n]`` a model wrote, and attribute sentences it left bare.
+
+Small models often answer correctly from a source but forget the marker. A sentence
+without one is attributed to the source sharing the most content words with it, if
+that overlap is substantial, so every grounded claim ends up with a checkable link.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from llm.prompt import Source
+
+MARKER = re.compile(r"\[(\d{1,3})\]")
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "their",
+        "them",
+        "there",
+        "these",
+        "this",
+        "to",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    ]
+)
+MIN_SHARED_WORDS = 2
+MIN_SHARED_FRACTION = 0.5
+
+
+def cited_numbers(text: str, source_count: int) -> list[int]:
+    """Valid source numbers in order of first appearance."""
+    seen: list[int] = []
+    for match in MARKER.finditer(text):
+        number = int(match.group(1))
+        if 1 <= number <= source_count and number not in seen:
+            seen.append(number)
+    return seen
+
+
+def attribute(text: str, sources: Sequence[Source]) -> str:
+    """Append ``[n]`` to each sentence that has no marker but clearly comes from source n."""
+    if not sources:
+        return text
+    source_words = [_content_words(s.text) | _content_words(s.title) for s in sources]
+    pieces: list[str] = []
+    cursor = 0
+    for match in _SENTENCE.finditer(text):
+        sentence = match.group(0)
+        pieces.append(text[cursor : match.start()])
+        cursor = match.end()
+        if MARKER.search(sentence):
+            pieces.append(sentence)
+            continue
+        number = _best_source(_content_words(sentence), source_words, sources)
+        pieces.append(_with_marker(sentence, number) if number else sentence)
+    pieces.append(text[cursor:])
+    return "".join(pieces)
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS}
+
+
+def _best_source(
+    words: set[str], source_words: list[set[str]], sources: Sequence[Source]
+) -> int | None:
+    if not words:
+        return None
+    overlaps = [len(words & candidate) for candidate in source_words]
+    best = max(range(len(sources)), key=lambda i: overlaps[i])
+    shared = overlaps[best]
+    if shared >= MIN_SHARED_WORDS and shared >= MIN_SHARED_FRACTION * len(words):
+        return sources[best].number
+    return None
+
+
+def _with_marker(sentence: str, number: int) -> str:
+    body = sentence.rstrip()
+    trailing = sentence[len(body) :]
+    stripped = body.rstrip(".!?")
+    return f"{stripped} [{number}]{body[len(stripped) :]}{trailing}"

@@ -1,0 +1,143 @@
+"""Text generation backends. One required method, ``stream``; it blocks, so callers run it
+in a worker thread and pass a ``cancel`` event that stops it within one token."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from llm.prompt import ChatTemplateFormat, CompletionFormat, PromptFormat
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: str
+    max_tokens: int
+    temperature: float = 0.2
+    stop: tuple[str, ...] = ()
+
+
+class Generator(Protocol):
+    model_id: str
+    context_tokens: int
+    prompt_format: PromptFormat
+
+    def stream(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[str]: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    model_path: Path
+    n_ctx: int = 4096
+    n_gpu_layers: int = 0
+    n_threads: int | None = None
+    seed: int = 0
+
+
+class LlamaGenerator:
+    """A GGUF model through llama-cpp-python's ``Llama``.
+
+    ``Llama`` serves one sequence at a time, so streams take turns behind a lock; it keeps
+    the KV cache of the previous prompt and reuses the longest shared prefix, which is
+    why prompts put the stable parts first. ``swa_full`` keeps that reuse working for
+    sliding-window models such as Gemma 3.
+    """
+
+    def __init__(self, config: LlamaConfig):
+        from llama_cpp import Llama  # heavy: imported on use
+
+        self._llama = Llama(
+            model_path=str(config.model_path),
+            n_ctx=config.n_ctx,
+            n_gpu_layers=config.n_gpu_layers,
+            n_threads=config.n_threads,
+            seed=config.seed,
+            swa_full=True,
+            verbose=False,
+        )
+        self._lock = threading.Lock()
+        self.model_id = config.model_path.stem
+        self.context_tokens = int(self._llama.n_ctx())
+        self.prompt_format = _prompt_format_for(self._llama)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._llama.tokenize(text.encode("utf-8"), add_bos=True, special=True))
+
+    def stream(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[str]:
+        with self._lock:
+            if cancel.is_set():
+                return
+            chunks: Any = self._llama.create_completion(
+                request.prompt,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                stop=list(request.stop),
+                stream=True,
+            )
+            try:
+                for chunk in chunks:
+                    text = chunk["choices"][0]["text"]
+                    if text:
+                        yield text
+                    if cancel.is_set():
+                        break
+            finally:
+                chunks.close()  # stops llama.cpp decoding at once
+
+
+def _prompt_format_for(llama: Any) -> PromptFormat:
+    template = llama.metadata.get("tokenizer.chat_template")
+    if not template:
+        return CompletionFormat()
+    vocab_token = llama._model.token_get_text
+    return ChatTemplateFormat(
+        template, bos_token=vocab_token(llama.token_bos()), eos_token=vocab_token(llama.token_eos())
+    )
+
+
+_SOURCE_LINE = re.compile(r"^\[1\] [^\n]*?\(page \d+\): ([^\n]+)$", re.MULTILINE)
+
+
+@dataclass
+class FakeGenerator:
+    """Deterministic stand-in: quotes the last prompt's first source, one word per token.
+
+    ``enqueue`` scripts the next responses (a list of tokens each); ``history`` records
+    every request, as simonw/llm's MockModel does.
+    """
+
+    model_id: str = "fake"
+    context_tokens: int = 4096
+    token_delay_s: float = 0.0
+    prompt_format: PromptFormat = field(default_factory=CompletionFormat)
+    history: list[GenerationRequest] = field(default_factory=list)
+    _scripted: deque[list[str]] = field(default_factory=deque)
+
+    def enqueue(self, tokens: Sequence[str]) -> None:
+        self._scripted.append(list(tokens))
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def stream(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[str]:
+        self.history.append(request)
+        tokens = self._scripted.popleft() if self._scripted else self._default(request.prompt)
+        for token in tokens[: request.max_tokens]:
+            if cancel.wait(self.token_delay_s) if self.token_delay_s else cancel.is_set():
+                return
+            yield token
+
+    @staticmethod
+    def _default(prompt: str) -> list[str]:
+        sources = _SOURCE_LINE.findall(prompt)
+        if len(sources) < 2:  # the first is the worked example in the instructions
+            return ["The", " documents", " do", " not", " cover", " that."]
+        words = sources[-1].split()[:30]
+        return [" " + w if i else w for i, w in enumerate(["According", "to", "[1],", *words])]

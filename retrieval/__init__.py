@@ -1,0 +1,1 @@
+"""Documents in, ranked passages out: parsing, chunking, embedding, FAISS, SQLite store."""

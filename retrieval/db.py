@@ -1,0 +1,55 @@
+"""SQLite connections: one writer behind a lock, one reader connection per thread.
+
+WAL mode lets readers run while the writer commits; ``synchronous=FULL`` makes a
+committed transaction survive power loss, not just a killed process.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlite_utils
+
+from retrieval.migrations import apply_migrations
+
+
+class Database:
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._write_lock = threading.Lock()
+        self._writer = self._connect()
+        self._readers = threading.local()
+        with self._write_lock:
+            apply_migrations(sqlite_utils.Database(self._writer))
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite_utils.Database]:
+        """A transaction on the single writer connection; commits on success."""
+        with self._write_lock, self._writer:
+            yield sqlite_utils.Database(self._writer)
+
+    def read(self) -> sqlite_utils.Database:
+        """This thread's reader connection (SQLite connections are not shared across threads)."""
+        db: sqlite_utils.Database | None = getattr(self._readers, "db", None)
+        if db is None:
+            db = sqlite_utils.Database(self._connect())
+            self._readers.db = db
+        return db
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._writer.close()

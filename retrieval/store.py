@@ -1,0 +1,267 @@
+"""Documents, pages, chunks and embeddings in SQLite: the source of truth."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from retrieval.db import Database
+from retrieval.embedder import Vectors
+from retrieval.index import IdArray
+from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, Hit, ParsedDocument
+
+DEFAULT_COLLECTION = "default"
+
+
+class DocumentGone(Exception):
+    """The document was deleted while work on it was in flight."""
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    id: int
+    collection_id: int
+    content_hash: str
+    filename: str
+    stored_name: str
+    kind: DocumentKind
+    size: int
+    title: str | None
+    status: DocumentStatus
+    error: str | None
+    page_count: int
+    chunk_count: int
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> DocumentRecord:
+        values = dict(row)
+        values["kind"] = DocumentKind(values["kind"])
+        values["status"] = DocumentStatus(values["status"])
+        return cls(**values)
+
+    @property
+    def display_title(self) -> str:
+        return self.title or self.filename
+
+
+@dataclass(frozen=True)
+class CollectionRecord:
+    id: int
+    name: str
+    document_count: int
+
+
+class DocumentStore:
+    def __init__(self, db: Database):
+        self.db = db
+
+    # --- collections ------------------------------------------------------------------------
+    def ensure_collection(self, name: str = DEFAULT_COLLECTION) -> int:
+        with self.db.write() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO collections (name, created_at) VALUES (?, ?)",
+                [name, time.time()],
+            )
+            row = db.execute("SELECT id FROM collections WHERE name = ?", [name]).fetchone()
+        return int(row[0])
+
+    def collections(self) -> list[CollectionRecord]:
+        rows = self.db.read().query(
+            """SELECT c.id, c.name, COUNT(d.id) AS document_count FROM collections c
+               LEFT JOIN documents d ON d.collection_id = c.id GROUP BY c.id ORDER BY c.name"""
+        )
+        return [CollectionRecord(**row) for row in rows]
+
+    # --- documents --------------------------------------------------------------------------
+    def add_document(
+        self,
+        *,
+        collection_id: int,
+        content_hash: str,
+        filename: str,
+        stored_name: str,
+        kind: DocumentKind,
+        size: int,
+    ) -> tuple[DocumentRecord, bool]:
+        """Insert a queued document; identical content in the collection returns the existing one."""
+        now = time.time()
+        with self.db.write() as db:
+            existing = db.execute(
+                "SELECT id FROM documents WHERE collection_id = ? AND content_hash = ?",
+                [collection_id, content_hash],
+            ).fetchone()
+            if existing is not None:
+                document_id, created = int(existing[0]), False
+            else:
+                document_id = (
+                    db["documents"]
+                    .insert(
+                        {
+                            "collection_id": collection_id,
+                            "content_hash": content_hash,
+                            "filename": filename,
+                            "stored_name": stored_name,
+                            "kind": kind.value,
+                            "size": size,
+                            "status": DocumentStatus.QUEUED.value,
+                            "created_at": now,
+                            "updated_at": now,
+                        }
+                    )
+                    .last_pk
+                )
+                created = True
+        document = self.get_document(int(document_id))
+        assert document is not None
+        return document, created
+
+    def get_document(self, document_id: int) -> DocumentRecord | None:
+        rows = list(self.db.read().query("SELECT * FROM documents WHERE id = ?", [document_id]))
+        return DocumentRecord.from_row(rows[0]) if rows else None
+
+    def list_documents(self, collection_id: int | None = None) -> list[DocumentRecord]:
+        where, params = ("WHERE collection_id = ?", [collection_id]) if collection_id else ("", [])
+        rows = self.db.read().query(f"SELECT * FROM documents {where} ORDER BY id DESC", params)  # noqa: S608
+        return [DocumentRecord.from_row(row) for row in rows]
+
+    def unfinished_documents(self) -> list[int]:
+        terminal = (DocumentStatus.INDEXED.value, DocumentStatus.FAILED.value)
+        rows = self.db.read().query(
+            "SELECT id FROM documents WHERE status NOT IN (?, ?) ORDER BY id", terminal
+        )
+        return [int(row["id"]) for row in rows]
+
+    def set_status(
+        self, document_id: int, status: DocumentStatus, error: str | None = None
+    ) -> None:
+        with self.db.write() as db:
+            cursor = db.execute(
+                "UPDATE documents SET status = ?, error = ?, updated_at = ? WHERE id = ?",
+                [status.value, error, time.time(), document_id],
+            )
+        if cursor.rowcount == 0:
+            raise DocumentGone(document_id)
+
+    def stored_name_in_use(self, stored_name: str) -> bool:
+        rows = self.db.read().query(
+            "SELECT 1 FROM documents WHERE stored_name = ? LIMIT 1", [stored_name]
+        )
+        return any(True for _ in rows)
+
+    def delete_document(self, document_id: int) -> IdArray:
+        """Delete the document and everything derived from it; returns its chunk ids."""
+        with self.db.write() as db:
+            ids = [
+                r[0]
+                for r in db.execute("SELECT id FROM chunks WHERE document_id = ?", [document_id])
+            ]
+            cursor = db.execute("DELETE FROM documents WHERE id = ?", [document_id])
+        if cursor.rowcount == 0:
+            raise DocumentGone(document_id)
+        return np.asarray(ids, dtype=np.int64)
+
+    # --- content ----------------------------------------------------------------------------
+    def replace_content(
+        self, document_id: int, parsed: ParsedDocument, chunks: Sequence[ChunkSpan]
+    ) -> list[int]:
+        """Store pages and chunks (dropping any from an interrupted run); returns chunk ids."""
+        with self.db.write() as db:
+            if db.execute("SELECT 1 FROM documents WHERE id = ?", [document_id]).fetchone() is None:
+                raise DocumentGone(document_id)
+            db.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
+            db.execute("DELETE FROM pages WHERE document_id = ?", [document_id])
+            db["pages"].insert_all(
+                {"document_id": document_id, "number": page.number, "text": page.text}
+                for page in parsed.pages
+            )
+            chunk_ids = []
+            for chunk in chunks:
+                cursor = db.execute(
+                    'INSERT INTO chunks (document_id, page, start, "end", heading, text)'
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    [document_id, chunk.page, chunk.start, chunk.end, chunk.heading, chunk.text],
+                )
+                chunk_ids.append(int(cursor.lastrowid or 0))
+            db.execute(
+                "UPDATE documents SET title = ?, page_count = ?, chunk_count = ?, updated_at = ?"
+                " WHERE id = ?",
+                [parsed.title[:500], len(parsed.pages), len(chunks), time.time(), document_id],
+            )
+        return chunk_ids
+
+    def save_embeddings(self, chunk_ids: Sequence[int], model_id: str, vectors: Vectors) -> None:
+        rows = (
+            (chunk_id, model_id, np.asarray(vector, dtype=np.float32).tobytes())
+            for chunk_id, vector in zip(chunk_ids, vectors, strict=True)
+        )
+        with self.db.write() as db:
+            db.conn.executemany(
+                "INSERT OR REPLACE INTO embeddings (chunk_id, model_id, vector) VALUES (?, ?, ?)",
+                rows,
+            )
+
+    def embedded_chunk_ids(self, model_id: str) -> IdArray:
+        """Chunks of indexed documents that have a vector from ``model_id``."""
+        rows = self.db.read().execute(
+            """SELECT e.chunk_id FROM embeddings e JOIN chunks c ON c.id = e.chunk_id
+               JOIN documents d ON d.id = c.document_id
+               WHERE e.model_id = ? AND d.status = ?""",
+            [model_id, DocumentStatus.INDEXED.value],
+        )
+        return np.fromiter((row[0] for row in rows), dtype=np.int64)
+
+    def vectors(self, chunk_ids: Iterable[int], dimension: int) -> Vectors:
+        ids = [int(i) for i in chunk_ids]
+        placeholders = ",".join("?" * len(ids))
+        rows = self.db.read().execute(
+            f"SELECT chunk_id, vector FROM embeddings WHERE chunk_id IN ({placeholders})",
+            ids,  # noqa: S608
+        )
+        by_id = {row[0]: np.frombuffer(row[1], dtype=np.float32) for row in rows}
+        return np.stack([by_id[i] for i in ids]) if ids else np.zeros((0, dimension), np.float32)
+
+    def hits(self, scored: Sequence[tuple[int, float]]) -> list[Hit]:
+        """Hydrate (chunk id, score) pairs, dropping chunks deleted meanwhile; keeps the order."""
+        if not scored:
+            return []
+        placeholders = ",".join("?" * len(scored))
+        rows = self.db.read().query(
+            f"""SELECT c.id, c.document_id, c.page, c.start, c."end", c.text,
+                       COALESCE(d.title, d.filename) AS title
+                FROM chunks c JOIN documents d ON d.id = c.document_id
+                WHERE c.id IN ({placeholders})""",  # noqa: S608
+            [chunk_id for chunk_id, _ in scored],
+        )
+        by_id = {row["id"]: row for row in rows}
+        return [
+            Hit(
+                chunk_id=chunk_id,
+                document_id=row["document_id"],
+                title=row["title"],
+                page=row["page"],
+                start=row["start"],
+                end=row["end"],
+                text=row["text"],
+                score=score,
+            )
+            for chunk_id, score in scored
+            if (row := by_id.get(chunk_id)) is not None
+        ]
+
+    def page_text(self, document_id: int, page: int) -> str | None:
+        rows = list(
+            self.db.read().query(
+                "SELECT text FROM pages WHERE document_id = ? AND number = ?", [document_id, page]
+            )
+        )
+        return str(rows[0]["text"]) if rows else None
+
+    def chunk(self, chunk_id: int) -> Hit | None:
+        found = self.hits([(chunk_id, 1.0)])
+        return found[0] if found else None

@@ -1,0 +1,77 @@
+"""Plain values passed between the retrieval modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class DocumentStatus(StrEnum):
+    QUEUED = "queued"
+    PARSING = "parsing"
+    EMBEDDING = "embedding"
+    INDEXED = "indexed"
+    FAILED = "failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (DocumentStatus.INDEXED, DocumentStatus.FAILED)
+
+
+class DocumentKind(StrEnum):
+    PDF = "pdf"
+    DOCX = "docx"
+    HTML = "html"
+    MARKDOWN = "markdown"
+    TEXT = "text"
+    CSV = "csv"
+
+
+@dataclass(frozen=True)
+class Block:
+    """A structural unit of a page: a heading or a paragraph-like run of text."""
+
+    text: str
+    is_heading: bool = False
+
+
+@dataclass(frozen=True)
+class ParsedPage:
+    number: int
+    blocks: tuple[Block, ...]
+
+    @property
+    def text(self) -> str:
+        return PAGE_BLOCK_SEPARATOR.join(block.text for block in self.blocks)
+
+
+PAGE_BLOCK_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    title: str
+    pages: tuple[ParsedPage, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class ChunkSpan:
+    """A chunk as a slice ``[start, end)`` of its page's text."""
+
+    page: int
+    start: int
+    end: int
+    text: str
+    heading: str | None
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk_id: int
+    document_id: int
+    title: str
+    page: int
+    start: int
+    end: int
+    text: str
+    score: float

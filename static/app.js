@@ -1,0 +1,73 @@
+// Ragdesk UI behaviour that HTML attributes cannot express. No inline script anywhere (CSP).
+(function () {
+  "use strict";
+
+  function $(selector) { return document.querySelector(selector); }
+
+  // Dialogs: [data-open-dialog=id] opens, [data-close-dialog] closes the enclosing dialog.
+  document.addEventListener("click", function (event) {
+    var opener = event.target.closest("[data-open-dialog]");
+    if (opener) { document.getElementById(opener.dataset.openDialog).showModal(); }
+    var closer = event.target.closest("[data-close-dialog]");
+    if (closer) { closer.closest("dialog").close(); }
+  });
+
+  // Enter sends, Shift+Enter inserts a newline.
+  document.addEventListener("keydown", function (event) {
+    if (event.target.id === "question" && event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      if (event.target.value.trim()) { htmx.trigger("#ask-form", "submit"); }
+    }
+  });
+
+  // Clear the question once it is sent; keep the newest message in view.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.elt.id === "ask-form" && event.detail.successful) { $("#question").value = ""; }
+    if (event.detail.elt.id === "upload-form" && event.detail.successful) {
+      $("#upload-input").value = "";
+      htmx.trigger(document.body, "documents-changed");
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    var messages = $("#messages");
+    if (messages) { messages.scrollTop = messages.scrollHeight; }
+  });
+  document.addEventListener("htmx:sseMessage", function () {
+    var messages = $("#messages");
+    if (messages) { messages.scrollTop = messages.scrollHeight; }
+  });
+
+  // Upload progress (bytes sent), per request.
+  document.addEventListener("htmx:xhr:progress", function (event) {
+    var bar = $("#upload-progress");
+    if (bar && event.detail.lengthComputable) {
+      bar.value = Math.round((event.detail.loaded / event.detail.total) * 100);
+    }
+  });
+
+  // Errors from htmx requests: the server sends an escaped _error.html partial.
+  document.addEventListener("htmx:responseError", function (event) {
+    var toast = $("#toast");
+    if (!toast) { return; }
+    htmx.swap(toast, event.detail.xhr.responseText, { swapStyle: "innerHTML" });
+    toast.classList.add("visible");
+    window.setTimeout(function () { toast.classList.remove("visible"); }, 6000);
+  });
+
+  // Files dropped anywhere in the window go to the upload dialog.
+  window.addEventListener("dragover", function (event) { event.preventDefault(); });
+  window.addEventListener("drop", function (event) {
+    event.preventDefault();
+    var input = $("#upload-input");
+    if (!input || !event.dataTransfer || !event.dataTransfer.files.length) { return; }
+    input.files = event.dataTransfer.files;
+    document.getElementById("upload-dialog").showModal();
+    htmx.trigger("#upload-form", "submit");
+  });
+
+  // The document viewer scrolls the cited passage into view.
+  document.addEventListener("DOMContentLoaded", function () {
+    var passage = document.getElementById("passage");
+    if (passage) { passage.scrollIntoView({ block: "center" }); }
+  });
+})();
