@@ -101,9 +101,11 @@ class ChatService:
 
     async def _generate(self, question: Message) -> AsyncIterator[ChatEvent]:
         hits = await asyncio.to_thread(
-            lambda: self.retriever.search(
-                question.content, self.config.top_k, min_score=self.config.min_score
-            ).hits
+            lambda: (
+                self.retriever.search(
+                    question.content, self.config.top_k, min_score=self.config.min_score
+                ).hits
+            )
         )
         if not hits:
             yield TokenEvent(NOTHING_FOUND)

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from app.settings import Settings
+
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ragdesk", description=__doc__)
@@ -16,20 +18,43 @@ def main(argv: Sequence[str] | None = None) -> None:
     serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")
     serve.add_argument("--data-dir", type=Path, help="database, index, uploads (default ./data)")
+    prepare = commands.add_parser("prepare", help="put the default models in place, then exit")
+    prepare.add_argument("--data-dir", type=Path, help="where models are kept (default ./data)")
     args = parser.parse_args(argv)
+    _stay_offline()
     if args.command == "serve":
         _serve(host=args.host, port=args.port, data_dir=args.data_dir)
+    elif args.command == "prepare":
+        _prepare(data_dir=args.data_dir)
+
+
+def _stay_offline() -> None:
+    """Models load from installed packages or local paths; never from a model hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _settings(**overrides: Any) -> Settings:
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _prepare(**overrides: Any) -> None:
+    from llm.models import bundled_generator_model
+    from retrieval.embedder import bundled_embedder_dir
+
+    settings = _settings(**overrides)
+    if settings.generator_model is None:
+        print(f"generator: {bundled_generator_model(settings.models_dir)}")
+    if settings.embedder_model is None:
+        print(f"embedder: {bundled_embedder_dir()}")
 
 
 def _serve(**overrides: Any) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import uvicorn
 
     from app.factory import create_app
-    from app.settings import Settings
 
-    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    settings = _settings(**overrides)
     print(f"Ragdesk on http://{settings.host}:{settings.port} (data in {settings.data_dir})")
     uvicorn.run(
         create_app(settings),

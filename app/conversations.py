@@ -66,10 +66,10 @@ class Conversations:
         now = time.time()
         title = " ".join(title.split())[:80] or "New conversation"
         with self.db.write() as db:
-            pk = db["conversations"].insert(
+            table = db.table("conversations").insert(
                 {"title": title, "created_at": now, "updated_at": now}
-            ).last_pk
-        return Conversation(int(pk), title, now, now)
+            )
+        return Conversation(int(table.last_rowid or 0), title, now, now)
 
     def get(self, conversation_id: int) -> Conversation | None:
         rows = list(

@@ -103,4 +103,4 @@ def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[An
         context={"status": status, "title": title, "detail": detail},
         status_code=status,
         headers=headers,
-    )  # type: ignore[return-value]
+    )

@@ -46,7 +46,9 @@ def _configure_templates(engine: JinjaTemplateEngine) -> None:
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or Settings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return Litestar(
         route_handlers=[
             live,
@@ -69,5 +71,3 @@ def create_app(settings: Settings | None = None) -> Litestar:
         after_request=_add_security_headers,
         request_max_body_size=settings.max_upload_bytes,
     )
-
-

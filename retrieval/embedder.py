@@ -30,7 +30,9 @@ class Embedder(Protocol):
 
 
 def embed_one(embedder: Embedder, text: str) -> Vectors:
-    return embedder.embed_batch([text])[0]
+    vectors: Vectors = embedder.embed_batch([text])
+    first: Vectors = vectors[0]
+    return first
 
 
 class SentenceTransformerEmbedder:
@@ -92,7 +94,8 @@ class HashingEmbedder:
                 bucket = int.from_bytes(digest[:4], "little") % self.dimension
                 vectors[row, bucket] += 1.0 if digest[4] & 1 else -1.0
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return np.divide(vectors, norms, out=vectors, where=norms > 0)
+        np.divide(vectors, norms, out=vectors, where=norms > 0)
+        return vectors
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return [len(_TOKEN.findall(text)) for text in texts]

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +49,7 @@ class Manifest:
 class FaissIndex:
     """Exact inner-product search (vectors are unit length, so scores are cosines)."""
 
-    def __init__(self, dimension: int, model_id: str, *, _index: object | None = None):
+    def __init__(self, dimension: int, model_id: str, *, _index: Any = None):
         import faiss  # heavy: imported on use
 
         self.dimension = dimension
@@ -61,11 +61,11 @@ class FaissIndex:
     @property
     def count(self) -> int:
         with self._lock:
-            return int(self._index.ntotal)  # type: ignore[attr-defined]
+            return int(self._index.ntotal)
 
     def ids(self) -> IdArray:
         with self._lock:
-            id_map = self._index.id_map  # type: ignore[attr-defined]
+            id_map = self._index.id_map
             return np.asarray(self._faiss.vector_to_array(id_map), dtype=np.int64)
 
     def add(self, ids: IdArray, vectors: Vectors) -> None:
@@ -75,21 +75,21 @@ class FaissIndex:
         if vectors.shape != (len(ids), self.dimension):
             raise ValueError(f"expected {len(ids)}×{self.dimension} vectors, got {vectors.shape}")
         with self._lock:
-            self._index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))  # type: ignore[attr-defined]
+            self._index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
 
     def remove(self, ids: IdArray) -> int:
         if len(ids) == 0:
             return 0
         with self._lock:
             selector = self._faiss.IDSelectorArray(np.asarray(ids, dtype=np.int64))
-            return int(self._index.remove_ids(selector))  # type: ignore[attr-defined]
+            return int(self._index.remove_ids(selector))
 
     def search(self, query: Vectors, k: int) -> list[tuple[int, float]]:
         query = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
         with self._lock:
-            if self._index.ntotal == 0:  # type: ignore[attr-defined]
+            if self._index.ntotal == 0:
                 return []
-            scores, ids = self._index.search(query, k)  # type: ignore[attr-defined]
+            scores, ids = self._index.search(query, k)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
     def save(self, directory: Path) -> Manifest:
@@ -116,9 +116,8 @@ class FaissIndex:
         """Load a checkpoint, or raise :class:`IndexUnusable` saying why it cannot be used."""
         manifest = read_manifest(directory)
         if manifest.model_id != model_id or manifest.dimension != dimension:
-            raise IndexUnusable(
-                f"made by {manifest.model_id} ({manifest.dimension}d), not {model_id} ({dimension}d)"
-            )
+            made_by = f"{manifest.model_id} ({manifest.dimension}d)"
+            raise IndexUnusable(f"made by {made_by}, not {model_id} ({dimension}d)")
         try:
             blob = (directory / INDEX_FILE).read_bytes()
         except FileNotFoundError:

@@ -7,6 +7,7 @@ quiet period, and anything a crash loses is caught up from SQLite on the next st
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -148,10 +149,8 @@ class IngestWorker:
         return np.concatenate(parts)
 
     def _fail(self, document_id: int, reason: str) -> None:
-        try:
+        with contextlib.suppress(DocumentGone):  # deleted meanwhile: nothing to mark
             self.store.set_status(document_id, DocumentStatus.FAILED, reason)
-        except DocumentGone:
-            pass
 
 
 def embedding_text(title: str, chunk: ChunkSpan) -> str:

@@ -17,20 +17,22 @@ def migration(fn: Migration) -> Migration:
 
 
 def apply_migrations(db: sqlite_utils.Database) -> None:
-    db["_migrations"].create({"name": str, "applied_at": float}, pk="name", if_not_exists=True)
-    applied = {row["name"] for row in db["_migrations"].rows}
+    db.table("_migrations").create(
+        {"name": str, "applied_at": float}, pk="name", if_not_exists=True
+    )
+    applied = {row["name"] for row in db.table("_migrations").rows}
     for fn in MIGRATIONS:
         if fn.__name__ not in applied:
             fn(db)
-            db["_migrations"].insert({"name": fn.__name__, "applied_at": time.time()})
+            db.table("_migrations").insert({"name": fn.__name__, "applied_at": time.time()})
 
 
 @migration
 def m001_documents(db: sqlite_utils.Database) -> None:
-    db["collections"].create(
+    db.table("collections").create(
         {"id": int, "name": str, "created_at": float}, pk="id", not_null={"name"}
     )
-    db["collections"].create_index(["name"], unique=True)
+    db.table("collections").create_index(["name"], unique=True)
     # AUTOINCREMENT: ids are never reused, so a stale FAISS id can never name a new chunk.
     db.execute(
         """
@@ -53,7 +55,7 @@ def m001_documents(db: sqlite_utils.Database) -> None:
         )
         """
     )
-    db["documents"].create_index(["status"])
+    db.table("documents").create_index(["status"])
     db.execute(
         """
         CREATE TABLE pages (
@@ -77,7 +79,7 @@ def m001_documents(db: sqlite_utils.Database) -> None:
         )
         """
     )
-    db["chunks"].create_index(["document_id"])
+    db.table("chunks").create_index(["document_id"])
     db.execute(
         """
         CREATE TABLE embeddings (
@@ -87,12 +89,12 @@ def m001_documents(db: sqlite_utils.Database) -> None:
         )
         """
     )
-    db["embeddings"].create_index(["model_id"])
+    db.table("embeddings").create_index(["model_id"])
 
 
 @migration
 def m002_conversations(db: sqlite_utils.Database) -> None:
-    db["conversations"].create(
+    db.table("conversations").create(
         {"id": int, "title": str, "created_at": float, "updated_at": float}, pk="id"
     )
     db.execute(
@@ -107,4 +109,4 @@ def m002_conversations(db: sqlite_utils.Database) -> None:
         )
         """
     )
-    db["messages"].create_index(["conversation_id"])
+    db.table("messages").create_index(["conversation_id"])

@@ -89,7 +89,8 @@ class DocumentStore:
         kind: DocumentKind,
         size: int,
     ) -> tuple[DocumentRecord, bool]:
-        """Insert a queued document; identical content in the collection returns the existing one."""
+        """Insert a queued document; identical content in the collection returns the existing
+        one instead, with ``created`` False."""
         now = time.time()
         with self.db.write() as db:
             existing = db.execute(
@@ -99,24 +100,20 @@ class DocumentStore:
             if existing is not None:
                 document_id, created = int(existing[0]), False
             else:
-                document_id = (
-                    db["documents"]
-                    .insert(
-                        {
-                            "collection_id": collection_id,
-                            "content_hash": content_hash,
-                            "filename": filename,
-                            "stored_name": stored_name,
-                            "kind": kind.value,
-                            "size": size,
-                            "status": DocumentStatus.QUEUED.value,
-                            "created_at": now,
-                            "updated_at": now,
-                        }
-                    )
-                    .last_pk
+                table = db.table("documents").insert(
+                    {
+                        "collection_id": collection_id,
+                        "content_hash": content_hash,
+                        "filename": filename,
+                        "stored_name": stored_name,
+                        "kind": kind.value,
+                        "size": size,
+                        "status": DocumentStatus.QUEUED.value,
+                        "created_at": now,
+                        "updated_at": now,
+                    }
                 )
-                created = True
+                document_id, created = int(table.last_rowid or 0), True
         document = self.get_document(int(document_id))
         assert document is not None
         return document, created
@@ -176,7 +173,7 @@ class DocumentStore:
                 raise DocumentGone(document_id)
             db.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
             db.execute("DELETE FROM pages WHERE document_id = ?", [document_id])
-            db["pages"].insert_all(
+            db.table("pages").insert_all(
                 {"document_id": document_id, "number": page.number, "text": page.text}
                 for page in parsed.pages
             )
@@ -220,8 +217,8 @@ class DocumentStore:
         ids = [int(i) for i in chunk_ids]
         placeholders = ",".join("?" * len(ids))
         rows = self.db.read().execute(
-            f"SELECT chunk_id, vector FROM embeddings WHERE chunk_id IN ({placeholders})",
-            ids,  # noqa: S608
+            f"SELECT chunk_id, vector FROM embeddings WHERE chunk_id IN ({placeholders})",  # noqa: S608
+            ids,
         )
         by_id = {row[0]: np.frombuffer(row[1], dtype=np.float32) for row in rows}
         return np.stack([by_id[i] for i in ids]) if ids else np.zeros((0, dimension), np.float32)

@@ -14,8 +14,8 @@ from litestar.testing import TestClient
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for a model hub
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from app.factory import create_app  # noqa: E402
-from app.settings import Settings  # noqa: E402
+from app.factory import create_app
+from app.settings import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -81,3 +81,16 @@ def sse_events(body: str) -> list[tuple[str, str]]:
         if data:
             events.append((name, "\n".join(data)))
     return events
+
+
+@pytest.fixture(scope="session")
+def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real server with the bundled models, shared by the end-to-end tests."""
+    from tests.server import ServerProcess
+
+    root = tmp_path_factory.mktemp("real-server")
+    server = ServerProcess(root / "data", root / "server.log").start()
+    try:
+        yield server
+    finally:
+        server.stop()

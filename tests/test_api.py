@@ -35,12 +35,12 @@ def test_upload_is_ingested_and_searchable(client: TestClient[Any]) -> None:
 
 def test_reupload_of_identical_content_is_not_duplicated(client: TestClient[Any]) -> None:
     first = upload(client, ("a.md", HANDBOOK)).json()["documents"][0]
-    wait_indexed(client, first["id"])
+    indexed = wait_indexed(client, first["id"])
     second = upload(client, ("renamed.md", HANDBOOK)).json()["documents"][0]
     assert second["id"] == first["id"]
     assert second["duplicate"] is True
     assert len(client.get("/api/documents").json()["documents"]) == 1
-    assert client.app.state.services.models.worker.index.count == first["chunks"]
+    assert client.app.state.services.models.worker.index.count == indexed["chunks"]
 
 
 def test_delete_removes_chunks_from_search_at_once(client: TestClient[Any]) -> None:
@@ -94,7 +94,9 @@ def test_bad_requests_get_clear_errors(client: TestClient[Any]) -> None:
     assert client.post("/api/chat", json={"message": ""}).status_code == 422
     assert client.post("/api/chat", json={"message": "   \n"}).status_code == 422
     assert client.post("/api/chat", json={"message": "x" * 5000}).status_code == 422
-    assert client.post("/api/chat", json={"message": "hi", "conversation_id": 999}).status_code == 404
+    assert (
+        client.post("/api/chat", json={"message": "hi", "conversation_id": 999}).status_code == 404
+    )
     assert client.post("/api/chat", content=b"{not json").status_code in (400, 422)
     assert client.post("/api/search", json={"query": "x", "k": 0}).status_code == 422
     assert client.post("/api/search", json={"query": "x", "k": 10**9}).status_code == 422

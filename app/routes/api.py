@@ -14,12 +14,12 @@ from litestar.response.sse import ServerSentEventMessage
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.chat import ChatService, DoneEvent, TokenEvent, clean_question
+from app.conversations import Message
 from app.deps import provide_models, provide_services
 from app.errors import AppError, NotFound
 from app.intake import Accepted, read_files, require_all_supported, submit_all
-from app.schemas import ChatDone, ChatIn, DocumentList, DocumentOut, SearchIn, SearchOut, HitOut
+from app.schemas import ChatDone, ChatIn, DocumentList, DocumentOut, HitOut, SearchIn, SearchOut
 from app.services import Models, Services
-from app.conversations import Message
 from retrieval.store import DocumentGone
 
 
@@ -34,7 +34,11 @@ class DocumentsApi(Controller):
         require_all_supported(files)
         results = await submit_all(services, files)
         return DocumentList(
-            [DocumentOut.of(r.document, duplicate=r.duplicate) for r in results if isinstance(r, Accepted)]
+            [
+                DocumentOut.of(r.document, duplicate=r.duplicate)
+                for r in results
+                if isinstance(r, Accepted)
+            ]
         )
 
     @get()
@@ -85,7 +89,9 @@ class ChatApi(Controller):
         return ServerSentEvent(json_events(models.chat, question))
 
 
-async def json_events(chat: ChatService, question: Message) -> AsyncIterator[ServerSentEventMessage]:
+async def json_events(
+    chat: ChatService, question: Message
+) -> AsyncIterator[ServerSentEventMessage]:
     try:
         async for event in chat.answer(question):
             if isinstance(event, TokenEvent):

@@ -29,14 +29,20 @@ class AskForm(Struct):
     conversation_id: str = ""
 
 
+def library_context(services: Services) -> dict[str, Any]:
+    return {
+        "collections": services.store.collections(),
+        "documents": services.store.list_documents(),
+    }
+
+
 def shell_context(services: Services, conversation_id: int | None) -> dict[str, Any]:
     conversation = services.conversations.get(conversation_id) if conversation_id else None
     return {
-        "collections": services.store.collections(),
+        **library_context(services),
         "conversations": services.conversations.recent(),
         "conversation": conversation,
         "messages": services.conversations.messages(conversation.id) if conversation else [],
-        "documents": services.store.list_documents(),
         "status": status_context(services),
     }
 
@@ -154,7 +160,9 @@ class Partials(Controller):
         document = await asyncio.to_thread(services.store.get_document, document_id)
         if document is None:
             raise NotFound("no such document")
-        return Template("_document_row.html", context={"document": document})
+        # A row that reaches its final state tells the sidebar and status bar to refresh.
+        headers = {"HX-Trigger": "documents-changed"} if document.status.is_terminal else {}
+        return Template("_document_row.html", context={"document": document}, headers=headers)
 
     @delete("/documents/{document_id:int}", status_code=200)
     async def delete_document(self, document_id: int, services: Services) -> Response[str]:
@@ -164,10 +172,11 @@ class Partials(Controller):
             raise NotFound("no such document") from None
         return Response("", headers={"HX-Trigger": "documents-changed"})
 
-    @get("/documents")
-    async def documents(self, services: Services) -> Template:
-        documents = await asyncio.to_thread(services.store.list_documents)
-        return Template("_documents.html", context={"documents": documents})
+    @get("/library")
+    async def library(self, services: Services) -> Template:
+        """The sidebar's collections and documents."""
+        context = await asyncio.to_thread(library_context, services)
+        return Template("_library.html", context=context)
 
     @get("/status")
     async def status(self, services: Services) -> Template:

@@ -1,0 +1,47 @@
+# Ragdesk. The two commands a newcomer needs:
+#   make run    set everything up (virtualenv, dependencies, default models) and start the server
+#   make test   the full test suite: lint, types, unit, real-model, HTTP and browser tests
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.ragdesk-installed
+
+.PHONY: run test setup browser lint typecheck pytest bench clean
+
+run: setup
+	$(BIN)/ragdesk serve
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch is pinned to 2.13.0 in pyproject.toml, the CPU build on these machines.
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/ragdesk prepare
+	touch $@
+
+# Browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
+	  else echo "browser tests need Debian's chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+pytest: setup browser
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest
+
+test: lint typecheck pytest
+
+bench: setup
+	$(BIN)/python -m bench.ingest
+	$(BIN)/python -m bench.query
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,56 @@
+"""A real SQLite store, upload directory and FAISS index under tmp_path, with fake embeddings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from retrieval.db import Database
+from retrieval.embedder import HashingEmbedder
+from retrieval.index import FaissIndex
+from retrieval.ingest import IngestConfig, IngestWorker
+from retrieval.library import Library
+from retrieval.store import DocumentStore
+from retrieval.uploads import UploadFiles
+from retrieval.vector_sync import SyncReport, open_index
+
+
+@dataclass
+class Kit:
+    root: Path
+    db: Database
+    store: DocumentStore
+    library: Library
+    embedder: HashingEmbedder
+    collection_id: int
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    def open_index(self) -> tuple[FaissIndex, SyncReport]:
+        return open_index(
+            self.index_dir,
+            self.store,
+            model_id=self.embedder.model_id,
+            dimension=self.embedder.dimension,
+        )
+
+    def worker(self, index: FaissIndex, checkpoint_seconds: float = 60.0) -> IngestWorker:
+        return IngestWorker(
+            self.store,
+            self.library.files,
+            self.embedder,
+            index,
+            self.index_dir,
+            IngestConfig(
+                chunk_tokens=40, chunk_overlap_tokens=5, checkpoint_seconds=checkpoint_seconds
+            ),
+        )
+
+
+def make_kit(root: Path) -> Kit:
+    db = Database(root / "ragdesk.db")
+    store = DocumentStore(db)
+    library = Library(store, UploadFiles(root / "uploads"))
+    return Kit(root, db, store, library, HashingEmbedder(), store.ensure_collection())

@@ -1,0 +1,31 @@
+"""Citation markers: valid numbers only, and attribution of sentences left bare."""
+
+from __future__ import annotations
+
+from llm.citations import attribute, cited_numbers
+from llm.prompt import Source
+
+SOURCES = [
+    Source(1, "Travel", 2, "Meals abroad are refunded up to 45 euros a day with receipts."),
+    Source(2, "Leave", 1, "Staff receive 28 days of paid annual leave plus public holidays."),
+]
+
+
+def test_cited_numbers_in_order_without_duplicates_or_out_of_range() -> None:
+    assert cited_numbers("A [2]. B [1] and [2]. C [7] [0].", 2) == [2, 1]
+
+
+def test_bare_sentences_get_the_source_they_come_from() -> None:
+    text = "Meals abroad are refunded up to 45 euros. Staff receive 28 days of annual leave."
+    assert attribute(text, SOURCES) == (
+        "Meals abroad are refunded up to 45 euros [1]. Staff receive 28 days of annual leave [2]."
+    )
+
+
+def test_existing_markers_are_kept_and_unrelated_text_left_alone() -> None:
+    text = "Leave is 28 days [2]. I hope this helps!"
+    assert attribute(text, SOURCES) == text
+
+
+def test_no_sources_means_no_change() -> None:
+    assert attribute("Anything at all.", []) == "Anything at all."

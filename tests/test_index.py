@@ -1,0 +1,91 @@
+"""FAISS index: search, real deletes, atomic checkpoints, torn and stale files rebuilt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval.index import INDEX_FILE, MANIFEST_FILE, FaissIndex, IndexUnusable
+
+
+def unit_vectors(n: int, dim: int = 16, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_search_finds_the_nearest_by_id() -> None:
+    index = FaissIndex(16, "m")
+    vectors = unit_vectors(50)
+    ids = np.arange(1000, 1050, dtype=np.int64)
+    index.add(ids, vectors)
+    hits = index.search(vectors[7], 3)
+    assert hits[0][0] == 1007
+    assert hits[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert len(hits) == 3
+
+
+def test_remove_is_immediate_and_real() -> None:
+    index = FaissIndex(16, "m")
+    vectors = unit_vectors(10)
+    index.add(np.arange(10, dtype=np.int64), vectors)
+    assert index.remove(np.array([3], dtype=np.int64)) == 1
+    assert 3 not in [i for i, _ in index.search(vectors[3], 10)]
+    assert index.count == 9
+
+
+def test_empty_index_and_small_k() -> None:
+    index = FaissIndex(16, "m")
+    assert index.search(unit_vectors(1)[0], 5) == []
+    index.add(np.array([1], dtype=np.int64), unit_vectors(1))
+    assert len(index.search(unit_vectors(1)[0], 5)) == 1  # no -1 padding
+
+
+def test_wrong_shape_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        FaissIndex(16, "m").add(np.array([1, 2], dtype=np.int64), unit_vectors(1))
+
+
+def test_checkpoint_round_trip(tmp_path: Path) -> None:
+    index = FaissIndex(16, "m")
+    vectors = unit_vectors(20)
+    index.add(np.arange(20, dtype=np.int64), vectors)
+    manifest = index.save(tmp_path)
+    assert manifest.count == 20 and manifest.max_chunk_id == 19
+    loaded = FaissIndex.load(tmp_path, model_id="m", dimension=16)
+    assert loaded.search(vectors[5], 1)[0][0] == 5
+    assert not list(tmp_path.glob(".*tmp"))  # no temp files left behind
+
+
+def test_torn_index_file_is_detected(tmp_path: Path) -> None:
+    index = FaissIndex(16, "m")
+    index.add(np.arange(20, dtype=np.int64), unit_vectors(20))
+    index.save(tmp_path)
+    data = (tmp_path / INDEX_FILE).read_bytes()
+    (tmp_path / INDEX_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(IndexUnusable, match="torn"):
+        FaissIndex.load(tmp_path, model_id="m", dimension=16)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda d: (d / MANIFEST_FILE).unlink(), "no checkpoint"),
+        (lambda d: (d / MANIFEST_FILE).write_text("{garbage"), "unreadable"),
+        (lambda d: (d / INDEX_FILE).unlink(), "missing"),
+    ],
+)
+def test_damaged_checkpoints_are_detected(tmp_path: Path, damage, reason: str) -> None:  # type: ignore[no-untyped-def]
+    index = FaissIndex(16, "m")
+    index.add(np.arange(3, dtype=np.int64), unit_vectors(3))
+    index.save(tmp_path)
+    damage(tmp_path)
+    with pytest.raises(IndexUnusable, match=reason):
+        FaissIndex.load(tmp_path, model_id="m", dimension=16)
+
+
+def test_index_of_another_model_is_not_used(tmp_path: Path) -> None:
+    FaissIndex(16, "old-model").save(tmp_path)
+    with pytest.raises(IndexUnusable, match="old-model"):
+        FaissIndex.load(tmp_path, model_id="new-model", dimension=16)

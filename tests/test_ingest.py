@@ -1,0 +1,122 @@
+"""Ingestion against a real SQLite file and FAISS index: statuses, resumption, deletes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.types import DocumentStatus
+from tests.conftest import wait_for
+from tests.documents import make_pdf
+from tests.retrieval_kit import make_kit
+
+TEXT = (
+    b"# Leave\n\nStaff receive 28 days of paid leave.\n\n# Travel\n\nMeals abroad: 45 euros a day."
+)
+
+
+def test_document_goes_through_each_status_to_indexed(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    document, created = kit.library.submit(
+        data=TEXT, filename="p.md", collection_id=kit.collection_id
+    )
+    assert created and document.status is DocumentStatus.QUEUED
+    worker.ingest(document.id)
+    stored = kit.store.get_document(document.id)
+    assert stored is not None and stored.status is DocumentStatus.INDEXED
+    assert stored.chunk_count == index.count == 2
+    assert kit.store.page_text(document.id, 1) is not None
+    ids = kit.store.embedded_chunk_ids(kit.embedder.model_id)
+    assert sorted(index.ids().tolist()) == sorted(ids.tolist())
+
+
+def test_pdf_chunks_keep_their_pages(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    data = make_pdf(["Cover page text", "The parking fee is 4 euros per day."])
+    document, _ = kit.library.submit(data=data, filename="f.pdf", collection_id=kit.collection_id)
+    kit.worker(index).ingest(document.id)
+    vector = kit.embedder.embed_batch(["parking fee per day"])[0]
+    [(chunk_id, _)] = index.search(vector, 1)
+    hit = kit.store.chunk(chunk_id)
+    assert hit is not None and hit.page == 2
+    page = kit.store.page_text(document.id, 2)
+    assert page is not None and page[hit.start : hit.end] == hit.text
+
+
+def test_worker_resumes_unfinished_documents_on_start(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    first, _ = kit.library.submit(data=TEXT, filename="a.md", collection_id=kit.collection_id)
+    second, _ = kit.library.submit(
+        data=b"other text", filename="b.txt", collection_id=kit.collection_id
+    )
+    kit.store.set_status(second.id, DocumentStatus.EMBEDDING)  # as if a crash hit mid-way
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    worker.start()
+    try:
+        for document_id in (first.id, second.id):
+            wait_for(lambda d=document_id: kit.store.get_document(d).status.is_terminal)  # type: ignore[union-attr]
+    finally:
+        worker.stop()
+    statuses = {kit.store.get_document(d).status for d in (first.id, second.id)}  # type: ignore[union-attr]
+    assert statuses == {DocumentStatus.INDEXED}
+
+
+def test_failure_reason_is_recorded_and_worker_keeps_going(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    bad, _ = kit.library.submit(
+        data=b"%PDF-1.7 junk", filename="x.pdf", collection_id=kit.collection_id
+    )
+    good, _ = kit.library.submit(data=TEXT, filename="ok.md", collection_id=kit.collection_id)
+    worker.ingest(bad.id)
+    worker.ingest(good.id)
+    failed = kit.store.get_document(bad.id)
+    assert failed is not None and failed.status is DocumentStatus.FAILED and failed.error
+    assert kit.store.get_document(good.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
+
+
+def test_delete_removes_rows_vectors_and_unshared_file(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    kit.library.attach_worker(kit.worker(index))
+    try:
+        document, _ = kit.library.submit(
+            data=TEXT, filename="a.md", collection_id=kit.collection_id
+        )
+        wait_for(lambda: kit.store.get_document(document.id).status.is_terminal)  # type: ignore[union-attr]
+        path = kit.library.files.path(document.stored_name)
+        assert path.exists() and index.count > 0
+        kit.library.delete(document.id)
+        assert index.count == 0
+        assert not path.exists()
+        assert kit.store.get_document(document.id) is None
+        assert len(kit.store.embedded_chunk_ids(kit.embedder.model_id)) == 0
+    finally:
+        assert kit.library.worker is not None
+        kit.library.worker.stop()
+
+
+def test_deleted_while_queued_is_skipped(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    document, _ = kit.library.submit(data=TEXT, filename="a.md", collection_id=kit.collection_id)
+    kit.library.delete(document.id)
+    kit.worker(index).ingest(document.id)  # nothing to do, nothing raised
+    assert index.count == 0
+
+
+def test_vectors_round_trip_through_sqlite(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    document, _ = kit.library.submit(data=TEXT, filename="a.md", collection_id=kit.collection_id)
+    kit.worker(index).ingest(document.id)
+    ids = kit.store.embedded_chunk_ids(kit.embedder.model_id)
+    vectors = kit.store.vectors(ids, kit.embedder.dimension)
+    assert vectors.shape == (len(ids), kit.embedder.dimension)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)

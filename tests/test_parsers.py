@@ -1,0 +1,162 @@
+"""Format detection and parsing of every supported format, including hostile files."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.parsers import ParseError, UnsupportedDocumentType, detect_kind, parse_document
+from retrieval.types import DocumentKind
+from tests.documents import docx_bomb, docx_with_entities, encrypt_pdf, make_docx, make_pdf
+
+
+def parse(data: bytes, filename: str):  # type: ignore[no-untyped-def]
+    return parse_document(data, detect_kind(data, filename), filename)
+
+
+@pytest.mark.parametrize(
+    ("data", "filename", "kind"),
+    [
+        (b"%PDF-1.4 ...", "report.pdf", DocumentKind.PDF),
+        (b"%PDF-1.4 ...", "no-extension", DocumentKind.PDF),  # content wins
+        (b"# Title\n\ntext", "notes.md", DocumentKind.MARKDOWN),
+        (b"a,b\n1,2\n", "table.csv", DocumentKind.CSV),
+        (b"<!DOCTYPE html><html><body>x</body></html>", "page", DocumentKind.HTML),
+        (b"<html><p>x</p></html>", "page.htm", DocumentKind.HTML),
+        (b"plain words", "readme", DocumentKind.TEXT),
+        (b"plain words", "notes.txt", DocumentKind.TEXT),
+        (b"not really a pdf", "claims.pdf", DocumentKind.PDF),  # fails later, with a reason
+        (b"", "empty.txt", DocumentKind.TEXT),
+    ],
+)
+def test_detect_kind(data: bytes, filename: str, kind: DocumentKind) -> None:
+    assert detect_kind(data, filename) is kind
+
+
+def test_docx_is_detected_by_content() -> None:
+    assert detect_kind(make_docx([("p", "x")]), "upload.bin") is DocumentKind.DOCX
+
+
+@pytest.mark.parametrize(
+    ("data", "filename"),
+    [
+        (b"MZ\x90\x00" + bytes(range(256)), "setup.exe"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "picture.png"),
+        (b"\x00\x01\x02binary", "data.txt"),  # binary content behind a text extension
+    ],
+)
+def test_binary_types_are_unsupported(data: bytes, filename: str) -> None:
+    with pytest.raises(UnsupportedDocumentType):
+        detect_kind(data, filename)
+
+
+def test_zip_that_is_not_docx_is_unsupported() -> None:
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("hello.txt", "hi")
+    with pytest.raises(UnsupportedDocumentType):
+        detect_kind(out.getvalue(), "archive.zip")
+
+
+def test_pdf_keeps_page_numbers_and_title() -> None:
+    data = make_pdf(["Intro line\nmore intro", "The refund limit is 300 euros."], title="Policy")
+    document = parse(data, "policy.pdf")
+    assert document.title == "Policy"
+    assert [page.number for page in document.pages] == [1, 2]
+    assert "refund limit is 300 euros" in document.pages[1].text
+
+
+def test_pdf_with_empty_user_password_opens() -> None:
+    data = encrypt_pdf(make_pdf(["Secret-free text"]), "")
+    assert "Secret-free text" in parse(data, "open.pdf").pages[0].text
+
+
+def test_password_protected_pdf_fails_with_reason() -> None:
+    data = encrypt_pdf(make_pdf(["Classified"]), "hunter2")
+    with pytest.raises(ParseError, match=r"password|encrypted"):
+        parse(data, "locked.pdf")
+
+
+@pytest.mark.parametrize(
+    ("data", "filename", "reason"),
+    [
+        (b"", "empty.txt", "empty"),
+        (b"   \n\t ", "blank.md", "empty"),
+        (b"%PDF-1.4\n1 0 obj garbage", "broken.pdf", "PDF"),
+        (b"PK\x03\x04garbage", "broken.docx", "DOCX"),
+        (make_pdf([""]), "scanned.pdf", "no text"),
+    ],
+)
+def test_broken_files_fail_with_a_reason(data: bytes, filename: str, reason: str) -> None:
+    with pytest.raises(ParseError, match=reason):
+        parse(data, filename)
+
+
+def test_docx_headings_paragraphs_and_tables() -> None:
+    data = make_docx(
+        [("h1", "Expenses"), ("p", "Meals are refunded up to 45 euros a day."), ("h2", "Travel")],
+        table=[["Class", "Allowed"], ["Economy", "yes"]],
+    )
+    document = parse(data, "expenses.docx")
+    blocks = document.pages[0].blocks
+    assert blocks[0].text == "Expenses" and blocks[0].is_heading
+    assert not blocks[1].is_heading
+    assert "Economy | yes" in [b.text for b in blocks]
+    assert document.title == "Expenses"
+
+
+def test_docx_with_xml_entities_is_refused() -> None:
+    with pytest.raises(ParseError, match="entity"):
+        parse(docx_with_entities(), "lol.docx")
+
+
+def test_docx_zip_bomb_is_refused() -> None:
+    with pytest.raises(ParseError, match="bomb"):
+        parse(docx_bomb(), "bomb.docx")
+
+
+def test_html_drops_scripts_and_keeps_structure() -> None:
+    html = (
+        b"<html><head><title>Handbook</title><script>steal()</script><style>p{}</style></head>"
+        b"<body><nav>Home | About</nav><h1>Leave</h1><p>Staff get <b>28</b> days.</p>"
+        b"<ul><li><p>First item</p></li><li>Second</li></ul>"
+        b"<table><tr><th>Grade</th><th>Days</th></tr><tr><td>A</td><td>30</td></tr></table>"
+        b"</body></html>"
+    )
+    document = parse(html, "handbook.html")
+    texts = [b.text for b in document.pages[0].blocks]
+    assert document.title == "Handbook"
+    assert texts[0] == "Leave" and document.pages[0].blocks[0].is_heading
+    assert "Staff get 28 days." in texts
+    assert texts.count("First item") == 1  # nested blocks are not duplicated
+    assert "A | 30" in texts
+    assert not any("steal" in t or "Home" in t for t in texts)
+
+
+def test_markdown_headings_and_code_fences() -> None:
+    text = b"# Guide\n\nIntro.\n\n```\n# not a heading\n```\n\n## Part two\n\nBody.\n"
+    blocks = parse(text, "guide.md").pages[0].blocks
+    headings = [b.text for b in blocks if b.is_heading]
+    assert headings == ["Guide", "Part two"]
+
+
+def test_csv_rows_read_as_column_value_pairs() -> None:
+    data = b"name;office;phone\nAda;London;123\nGrace;Paris;456\n"
+    blocks = parse(data, "staff.csv").pages[0].blocks
+    assert blocks[0].text == "name: Ada; office: London; phone: 123"
+    assert len(blocks) == 2
+
+
+def test_text_decoding_falls_back_and_strips_controls() -> None:
+    latin1 = "Café policy\x07 applies".encode("cp1252")
+    assert parse(latin1, "menu.txt").pages[0].text == "Café policy applies"
+    utf16 = "Straße".encode("utf-16")
+    assert parse(utf16, "street.txt").pages[0].text == "Straße"
+
+
+def test_page_text_offsets_match_blocks() -> None:
+    document = parse(b"# A\n\nfirst para\n\nsecond para", "x.md")
+    page = document.pages[0]
+    assert page.text == "A\n\nfirst para\n\nsecond para"

@@ -1,0 +1,32 @@
+"""Model output and document text reach HTML escaped; only our citation links are markup."""
+
+from __future__ import annotations
+
+from app.conversations import Citation, Message
+from app.rendering import highlight_passage, render_answer
+
+CITATION = Citation(1, 7, 3, "Doc <b>", 2, 0, 5, "snippet")
+
+
+def message(content: str) -> Message:
+    return Message(1, 1, "assistant", content, (CITATION,), 0.0)
+
+
+def test_markup_in_answers_is_escaped_and_citations_link() -> None:
+    html = str(render_answer(message('<img src="http://evil/x.png"> says [1] and [9]')))
+    assert "<img" not in html and "&lt;img" in html
+    assert '<a class="cite" href="/documents/3/pages/2?chunk=7#passage"' in html
+    assert "[9]" in html and html.count("<a ") == 1  # no link for an uncited number
+    assert "Doc &lt;b&gt;" in html
+
+
+def test_passage_is_highlighted_and_everything_escaped() -> None:
+    html = str(highlight_passage("<p>before</p>TARGET<script>x</script>", 13, 19))
+    assert (
+        html
+        == '&lt;p&gt;before&lt;/p&gt;<mark id="passage">TARGET</mark>&lt;script&gt;x&lt;/script&gt;'
+    )
+
+
+def test_out_of_range_offsets_show_the_page_without_highlight() -> None:
+    assert "<mark" not in str(highlight_passage("short", 3, 99))
