@@ -45,7 +45,7 @@ class SentenceTransformerEmbedder:
         self._batch_size = batch_size
         self._lock = threading.Lock()  # the tokenizer and torch module are shared state
         self.model_id = f"sentence-transformers:{model_dir.name}"
-        dimension = self._model.get_sentence_embedding_dimension()
+        dimension = self._model.get_embedding_dimension()
         if dimension is None:
             raise ValueError(f"cannot tell the embedding dimension of {model_dir}")
         self.dimension = int(dimension)

@@ -34,6 +34,18 @@ class IngestConfig:
     chunk_overlap_tokens: int = 40
     embed_batch_size: int = 32
     checkpoint_seconds: float = 5.0
+    max_batch_documents: int = 32
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A parsed, chunked and stored document waiting for its vectors."""
+
+    document_id: int
+    chunk_ids: list[int]
+    texts: list[str]
+    pages: int
+    started: float
 
 
 class IngestWorker:
@@ -82,70 +94,114 @@ class IngestWorker:
             self.index.save(self.index_dir)
 
     def _run(self) -> None:
-        while True:
+        stopping = False
+        while not stopping:
             try:
-                item = self._queue.get(timeout=self.config.checkpoint_seconds or None)
+                first = self._queue.get(timeout=self.config.checkpoint_seconds or None)
             except queue.Empty:
                 self.checkpoint()  # quiet period: persist what was added
                 continue
-            if item is None:
-                return
+            batch, stopping = self._drain(first)
             try:
-                self.ingest(item)
-            except DocumentGone:
-                log.info("document %s was deleted during ingestion", item)
-            except Exception:  # keep the worker alive whatever one document does
-                log.exception("ingestion of document %s failed unexpectedly", item)
-                self._fail(item, "internal error while ingesting; see the server log")
+                self.ingest_many(batch)
+            except Exception:  # keep the worker alive whatever a batch does
+                log.exception("ingestion of documents %s failed unexpectedly", batch)
+                for document_id in batch:
+                    self._fail(document_id, "internal error while ingesting; see the server log")
+
+    def _drain(self, first: int | None) -> tuple[list[int], bool]:
+        """The first id plus whatever else is already queued, up to a batch."""
+        batch: list[int] = []
+        item = first
+        while True:
+            if item is None:
+                return batch, True
+            if item not in batch:
+                batch.append(item)
+            if len(batch) >= self.config.max_batch_documents:
+                return batch, False
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return batch, False
 
     def ingest(self, document_id: int) -> None:
-        document = self.store.get_document(document_id)
-        if document is None or document.status.is_terminal:
-            return
-        started = time.perf_counter()
-        self.store.set_status(document_id, DocumentStatus.PARSING)
-        try:
-            data = self.files.read(document.stored_name)
-            parsed = parse_document(data, document.kind, document.filename)
-        except ParseError as exc:
-            self._fail(document_id, exc.reason)
-            return
-        except FileNotFoundError:
-            self._fail(document_id, "the uploaded file is missing from disk")
-            return
-        chunks = [
-            span
-            for page in parsed.pages
-            for span in chunk_page(
-                page,
-                max_tokens=self.config.chunk_tokens,
-                overlap_tokens=self.config.chunk_overlap_tokens,
-                count_tokens=self.embedder.count_tokens,
-            )
-        ]
-        chunk_ids = self.store.replace_content(document_id, parsed, chunks)
-        self.store.set_status(document_id, DocumentStatus.EMBEDDING)
-        texts = [embedding_text(parsed.title, chunk) for chunk in chunks]
+        self.ingest_many([document_id])
+
+    def ingest_many(self, document_ids: list[int]) -> None:
+        """Parse and chunk each document, embed all their chunks together, then index each.
+
+        One embedding call over many documents fills whole, length-sorted batches: bulk
+        uploads run at the embedder's own speed instead of paying for ragged batches.
+        """
+        prepared = [p for p in map(self._prepare, document_ids) if p is not None]
+        texts = [text for p in prepared for text in p.texts]
         vectors = self._embed(texts)
-        self.store.save_embeddings(chunk_ids, self.embedder.model_id, vectors)
-        self.store.set_status(document_id, DocumentStatus.INDEXED)
-        self.index.add(np.asarray(chunk_ids, dtype=np.int64), vectors)
-        if self.store.get_document(document_id) is None:  # deleted while we were adding
-            self.index.remove(np.asarray(chunk_ids, dtype=np.int64))
+        offset = 0
+        for item in prepared:
+            item_vectors = vectors[offset : offset + len(item.chunk_ids)]
+            offset += len(item.chunk_ids)
+            with contextlib.suppress(DocumentGone):
+                self._index(item, item_vectors)
+
+    def _prepare(self, document_id: int) -> _Prepared | None:
+        """Parse, chunk and store one document's content; None when there is nothing to embed."""
+        try:
+            document = self.store.get_document(document_id)
+            if document is None or document.status.is_terminal:
+                return None
+            started = time.perf_counter()
+            self.store.set_status(document_id, DocumentStatus.PARSING)
+            try:
+                data = self.files.read(document.stored_name)
+                parsed = parse_document(data, document.kind, document.filename)
+            except ParseError as exc:
+                self._fail(document_id, exc.reason)
+                return None
+            except FileNotFoundError:
+                self._fail(document_id, "the uploaded file is missing from disk")
+                return None
+            chunks = [
+                span
+                for page in parsed.pages
+                for span in chunk_page(
+                    page,
+                    max_tokens=self.config.chunk_tokens,
+                    overlap_tokens=self.config.chunk_overlap_tokens,
+                    count_tokens=self.embedder.count_tokens,
+                )
+            ]
+            chunk_ids = self.store.replace_content(document_id, parsed, chunks)
+            self.store.set_status(document_id, DocumentStatus.EMBEDDING)
+        except DocumentGone:
+            log.info("document %s was deleted during ingestion", document_id)
+            return None
+        texts = [embedding_text(parsed.title, chunk) for chunk in chunks]
+        return _Prepared(document_id, chunk_ids, texts, len(parsed.pages), started)
+
+    def _index(self, item: _Prepared, vectors: Vectors) -> None:
+        """SQLite first (the source of truth), then FAISS."""
+        self.store.save_embeddings(item.chunk_ids, self.embedder.model_id, vectors)
+        self.store.set_status(item.document_id, DocumentStatus.INDEXED)
+        ids = np.asarray(item.chunk_ids, dtype=np.int64)
+        self.index.add(ids, vectors)
+        if self.store.get_document(item.document_id) is None:  # deleted while we were adding
+            self.index.remove(ids)
         self.mark_dirty()
         log.info(
             "indexed document %s: %d pages, %d chunks in %.2fs",
-            document_id,
-            len(parsed.pages),
-            len(chunks),
-            time.perf_counter() - started,
+            item.document_id,
+            item.pages,
+            len(item.chunk_ids),
+            time.perf_counter() - item.started,
         )
 
     def _embed(self, texts: list[str]) -> Vectors:
-        size = self.config.embed_batch_size * 4  # whole batches per call, few Python round trips
-        parts = [self.embedder.embed_batch(texts[i : i + size]) for i in range(0, len(texts), size)]
-        if not parts:
+        if not texts:
             return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+        # Large calls let the embedder sort by length and fill whole batches.
+        size = self.config.embed_batch_size * 16
+        parts = [self.embedder.embed_batch(texts[i : i + size]) for i in range(0, len(texts), size)]
         return np.concatenate(parts)
 
     def _fail(self, document_id: int, reason: str) -> None:

@@ -1,0 +1,125 @@
+"""Query latency, broken down: embed, vector search, hydrate from SQLite, time to first
+token and decode speed, with the bundled models over an ingested stdlib-docs corpus.
+
+    python -m bench.query [--documents N] [--questions N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.corpus import stdlib_documents
+from llm.generator import GenerationRequest, LlamaConfig, LlamaGenerator
+from llm.models import bundled_generator_model
+from llm.prompt import Source, build_prompt
+from retrieval.db import Database
+from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
+from retrieval.ingest import IngestConfig, IngestWorker
+from retrieval.library import Library
+from retrieval.search import Retriever
+from retrieval.store import DocumentStore
+from retrieval.uploads import UploadFiles
+from retrieval.vector_sync import open_index
+
+QUESTIONS = [
+    "How do I parse command line arguments?",
+    "How can I encode binary data as base64 text?",
+    "What does the calendar module print?",
+    "How do I compress data with bzip2?",
+    "How do I compare two sequences and show differences?",
+    "How can I read a CSV file?",
+    "How do I copy a file?",
+    "How are abstract base classes declared?",
+]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--documents", type=int, default=60)
+    parser.add_argument("--questions", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
+        store = DocumentStore(Database(root / "ragdesk.db"))
+        library = Library(store, UploadFiles(root / "uploads"))
+        index, _ = open_index(
+            root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
+        )
+        worker = IngestWorker(store, library.files, embedder, index, root / "index", IngestConfig())
+        collection = store.ensure_collection()
+        ids = [
+            library.submit(data=text.encode(), filename=f"{name}.md", collection_id=collection)[
+                0
+            ].id
+            for name, text in stdlib_documents(args.documents)
+        ]
+        worker.ingest_many(ids)
+        generator = LlamaGenerator(LlamaConfig(bundled_generator_model(root / "models")))
+        retriever = Retriever(embedder, index, store)
+        rows = [
+            measure(retriever, generator, QUESTIONS[i % len(QUESTIONS)], args.max_tokens)
+            for i in range(args.questions)
+        ]
+    summary = {
+        "chunks": index.count,
+        "questions": len(rows),
+        **{
+            f"{key}_p50_ms": round(statistics.median(r[key] for r in rows) * 1000, 1)
+            for key in ("embed", "search", "hydrate", "ttft")
+        },
+        **{
+            f"{key}_p95_ms": round(percentile([r[key] for r in rows], 0.95) * 1000, 1)
+            for key in ("embed", "search", "hydrate", "ttft")
+        },
+        "decode_tokens_per_s_p50": round(statistics.median(r["tokens_per_s"] for r in rows), 1),
+    }
+    print(json.dumps(summary, indent=2))
+
+
+def measure(
+    retriever: Retriever, generator: LlamaGenerator, question: str, max_tokens: int
+) -> dict[str, float]:
+    result = retriever.search(question, 4)
+    sources = [Source(n, h.title, h.page, h.text) for n, h in enumerate(result.hits, 1)]
+    prompt = build_prompt(
+        generator.prompt_format,
+        question=question,
+        sources=sources,
+        history=[],
+        token_budget=generator.context_tokens - max_tokens,
+        count_tokens=generator.count_tokens,
+    )
+    request = GenerationRequest(prompt.text, max_tokens=max_tokens, temperature=0.0)
+    started = time.perf_counter()
+    first = 0.0
+    tokens = 0
+    for _ in generator.stream(request, threading.Event()):
+        tokens += 1
+        first = first or time.perf_counter()
+    finished = time.perf_counter()
+    decode_s = max(finished - first, 1e-9)
+    return {
+        "embed": result.timings.embed_s,
+        "search": result.timings.search_s,
+        "hydrate": result.timings.hydrate_s,
+        "ttft": first - started,
+        "tokens_per_s": (tokens - 1) / decode_s if tokens > 1 else 0.0,
+    }
+
+
+if __name__ == "__main__":
+    main()
