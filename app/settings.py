@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     )
     embedder_model: Path | None = Field(
         None,
-        description="sentence-transformers model directory; empty = bundled all-MiniLM-L6-v2.",
+        description="sentence-transformers model directory; unset = bundled all-MiniLM-L6-v2.",
     )
     embed_batch_size: int = Field(32, ge=1, le=1024, description="Chunks embedded per call.")
     chunk_tokens: int = Field(200, ge=16, le=2048, description="Largest chunk, in embedder tokens.")
@@ -59,14 +59,14 @@ class Settings(BaseSettings):
         "llama-cpp", description="'fake' streams a canned grounded answer."
     )
     generator_model: Path | None = Field(
-        None, description="GGUF file; empty = the bundled Gemma 3 270M (Q4_K_M)."
+        None, description="GGUF file; unset = the bundled Gemma 3 270M (Q4_K_M)."
     )
     n_ctx: int = Field(4096, ge=256, le=131072, description="llama.cpp context length.")
     n_gpu_layers: int = Field(
         0, ge=-1, description="Layers offloaded to the GPU (-1 = all; 0 = CPU only)."
     )
     n_threads: int | None = Field(
-        None, ge=1, description="CPU threads for llama.cpp; empty = llama.cpp's default."
+        None, ge=1, description="CPU threads for llama.cpp; unset = llama.cpp's default."
     )
     max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on generated tokens.")
     temperature: float = Field(0.2, ge=0.0, le=2.0, description="Sampling temperature.")

@@ -24,6 +24,7 @@ class GenerationRequest:
 
 class Generator(Protocol):
     model_id: str
+    device: str
     context_tokens: int
     prompt_format: PromptFormat
 
@@ -51,7 +52,7 @@ class LlamaGenerator:
     """
 
     def __init__(self, config: LlamaConfig):
-        from llama_cpp import Llama  # heavy: imported on use
+        from llama_cpp import Llama, llama_supports_gpu_offload  # heavy: imported on use
 
         self._llama = Llama(
             model_path=str(config.model_path),
@@ -64,6 +65,8 @@ class LlamaGenerator:
         )
         self._lock = threading.Lock()
         self.model_id = config.model_path.stem
+        offloaded = config.n_gpu_layers != 0 and bool(llama_supports_gpu_offload())
+        self.device = "GPU" if offloaded else "CPU"
         self.context_tokens = int(self._llama.n_ctx())
         self.prompt_format = _prompt_format_for(self._llama)
 
@@ -114,6 +117,7 @@ class FakeGenerator:
     """
 
     model_id: str = "fake"
+    device: str = "CPU"
     context_tokens: int = 4096
     token_delay_s: float = 0.0
     prompt_format: PromptFormat = field(default_factory=CompletionFormat)

@@ -56,7 +56,7 @@ def status_context(services: Services) -> dict[str, Any]:
         "embedder": models.embedder.model_id if models else None,
         "vectors": models.worker.index.count if models else 0,
         "queue": models.worker.pending if models else 0,
-        "device": "GPU" if services.settings.n_gpu_layers else "CPU",
+        "device": models.generator.device if models else None,
     }
 
 
