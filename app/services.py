@@ -72,7 +72,11 @@ class Services:
         return self.models
 
     def wait_until_loaded(self, timeout: float | None = None) -> bool:
+        """Block until model loading has finished, successfully or not."""
         return self._loaded.wait(timeout)
+
+    def mark_loaded(self) -> None:
+        self._loaded.set()
 
 
 def open_services(settings: Settings) -> Services:
@@ -111,7 +115,6 @@ def load_models(services: Services) -> None:
             IngestConfig(
                 chunk_tokens=settings.chunk_tokens,
                 chunk_overlap_tokens=settings.chunk_overlap_tokens,
-                embed_batch_size=settings.embed_batch_size,
                 checkpoint_seconds=settings.index_checkpoint_seconds,
             ),
         )
@@ -135,7 +138,7 @@ def load_models(services: Services) -> None:
         log.exception("loading models failed")
         services.load_error = f"{type(exc).__name__}: {exc}"
     finally:
-        services._loaded.set()
+        services.mark_loaded()
 
 
 def _embedder(settings: Settings) -> Embedder:

@@ -38,7 +38,9 @@ class Settings(BaseSettings):
         None,
         description="sentence-transformers model directory; unset = bundled all-MiniLM-L6-v2.",
     )
-    embed_batch_size: int = Field(32, ge=1, le=1024, description="Chunks embedded per call.")
+    embed_batch_size: int = Field(
+        32, ge=1, le=1024, description="Chunks per embedding forward pass."
+    )
     chunk_tokens: int = Field(200, ge=16, le=2048, description="Largest chunk, in embedder tokens.")
     chunk_overlap_tokens: int = Field(
         40, ge=0, le=512, description="Tokens repeated between neighbouring chunks."

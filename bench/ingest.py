@@ -56,7 +56,7 @@ def main() -> None:
             embedder,
             index,
             root / "index",
-            IngestConfig(embed_batch_size=args.batch_size, checkpoint_seconds=3600),
+            IngestConfig(checkpoint_seconds=3600),
         )
         library.attach_worker(worker)
         started = time.perf_counter()

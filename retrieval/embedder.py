@@ -43,25 +43,35 @@ class SentenceTransformerEmbedder:
 
         self._model = SentenceTransformer(str(model_dir), device=device, local_files_only=True)
         self._batch_size = batch_size
-        self._lock = threading.Lock()  # the tokenizer and torch module are shared state
-        self.model_id = f"sentence-transformers:{model_dir.name}"
+        # The fast tokenizer is not safe to share between threads, so calls take turns.
+        self._lock = threading.Lock()
+        self.model_id = f"sentence-transformers:{model_dir.name}:{_fingerprint(model_dir)}"
         dimension = self._model.get_embedding_dimension()
         if dimension is None:
             raise ValueError(f"cannot tell the embedding dimension of {model_dir}")
         self.dimension = int(dimension)
 
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        with self._lock:
-            vectors: Any = self._model.encode(
-                list(texts),
-                batch_size=self._batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        """Embed in length-sorted batches, taking the lock per batch.
+
+        Sorting keeps padding low however many texts arrive; releasing the lock between
+        batches lets a user's one-line query in while a bulk upload is being embedded,
+        so it waits for one batch at most, not for the whole upload.
+        """
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        for start in range(0, len(order), self._batch_size):
+            rows = order[start : start + self._batch_size]
+            with self._lock:
+                vectors: Any = self._model.encode(
+                    [texts[i] for i in rows],
+                    batch_size=self._batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+            out[rows] = vectors
+        return out
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         if not texts:
@@ -99,6 +109,14 @@ class HashingEmbedder:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         return [len(_TOKEN.findall(text)) for text in texts]
+
+
+def _fingerprint(model_dir: Path) -> str:
+    """Tells models apart by their files' names and sizes (cheap: nothing is read)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(model_dir)}:{path.stat().st_size};".encode())
+    return digest.hexdigest()[:12]
 
 
 def bundled_embedder_dir() -> Path:

@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 class IngestConfig:
     chunk_tokens: int = 200
     chunk_overlap_tokens: int = 40
-    embed_batch_size: int = 32
     checkpoint_seconds: float = 5.0
     max_batch_documents: int = 32
 
@@ -135,8 +134,8 @@ class IngestWorker:
         uploads run at the embedder's own speed instead of paying for ragged batches.
         """
         prepared = [p for p in map(self._prepare, document_ids) if p is not None]
-        texts = [text for p in prepared for text in p.texts]
-        vectors = self._embed(texts)
+        # One call for all: the embedder sorts by length and fills whole batches.
+        vectors = self.embedder.embed_batch([text for p in prepared for text in p.texts])
         offset = 0
         for item in prepared:
             item_vectors = vectors[offset : offset + len(item.chunk_ids)]
@@ -195,14 +194,6 @@ class IngestWorker:
             len(item.chunk_ids),
             time.perf_counter() - item.started,
         )
-
-    def _embed(self, texts: list[str]) -> Vectors:
-        if not texts:
-            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
-        # Large calls let the embedder sort by length and fill whole batches.
-        size = self.config.embed_batch_size * 16
-        parts = [self.embedder.embed_batch(texts[i : i + size]) for i in range(0, len(texts), size)]
-        return np.concatenate(parts)
 
     def _fail(self, document_id: int, reason: str) -> None:
         with contextlib.suppress(DocumentGone):  # deleted meanwhile: nothing to mark

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+import zlib
 
 import docx
 from pypdf import PdfReader, PdfWriter
@@ -80,6 +81,19 @@ def make_docx(blocks: list[tuple[str, str]], *, table: list[list[str]] | None = 
     out = io.BytesIO()
     document.save(out)
     return out.getvalue()
+
+
+def pdf_bomb(expanded_bytes: int = 200 * 1024 * 1024) -> bytes:
+    """A small PDF whose page content inflates to ``expanded_bytes`` of spaces."""
+    compressor = zlib.compressobj(9)
+    block = b" " * (1024 * 1024)
+    stream = b"".join(compressor.compress(block) for _ in range(expanded_bytes // len(block)))
+    stream += compressor.flush()
+    base = make_pdf(["x"])
+    start = base.index(b"2 0 obj")
+    end = base.index(b"endobj", start) + len(b"endobj")
+    bomb = b"2 0 obj\n<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream)
+    return base[:start] + bomb + stream + b"\nendstream\nendobj" + base[end:]
 
 
 def replace_in_zip(data: bytes, member: str, content: bytes) -> bytes:

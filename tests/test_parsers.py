@@ -6,7 +6,14 @@ import pytest
 
 from retrieval.parsers import ParseError, UnsupportedDocumentType, detect_kind, parse_document
 from retrieval.types import DocumentKind
-from tests.documents import docx_bomb, docx_with_entities, encrypt_pdf, make_docx, make_pdf
+from tests.documents import (
+    docx_bomb,
+    docx_with_entities,
+    encrypt_pdf,
+    make_docx,
+    make_pdf,
+    pdf_bomb,
+)
 
 
 def parse(data: bytes, filename: str):  # type: ignore[no-untyped-def]
@@ -110,6 +117,11 @@ def test_docx_headings_paragraphs_and_tables() -> None:
 def test_docx_with_xml_entities_is_refused() -> None:
     with pytest.raises(ParseError, match="entity"):
         parse(docx_with_entities(), "lol.docx")
+
+
+def test_pdf_decompression_bomb_is_refused_quickly() -> None:
+    with pytest.raises(ParseError, match="bomb"):
+        parse(pdf_bomb(), "bomb.pdf")
 
 
 def test_docx_zip_bomb_is_refused() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from pypdf import PdfReader
-from pypdf.errors import FileNotDecryptedError, PdfReadError
+from pypdf.errors import FileNotDecryptedError, LimitReachedError, PdfReadError
 
 from retrieval.parsers.errors import ParseError
 from retrieval.parsers.text import clean_text, paragraphs
@@ -24,9 +24,12 @@ def parse_pdf(data: bytes, fallback_title: str) -> ParsedDocument:
     if len(reader.pages) > MAX_PAGES:
         raise ParseError(f"the PDF has more than {MAX_PAGES} pages")
     pages = []
-    for number, page in enumerate(reader.pages, start=1):
-        text = clean_text(page.extract_text() or "")
-        pages.append(ParsedPage(number=number, blocks=tuple(_pdf_paragraphs(text))))
+    try:
+        for number, page in enumerate(reader.pages, start=1):
+            text = clean_text(page.extract_text() or "")
+            pages.append(ParsedPage(number=number, blocks=tuple(_pdf_paragraphs(text))))
+    except LimitReachedError as exc:  # pypdf caps decompressed stream sizes
+        raise ParseError("the PDF expands to an implausible size (decompression bomb?)") from exc
     return ParsedDocument(title=_title(reader) or fallback_title, pages=tuple(pages))
 
 

@@ -1,0 +1,102 @@
+"""The chat service with fakes: history, no-source answers, cancellation, oversize prompts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from app.chat import NOTHING_FOUND, ChatConfig, ChatService, DoneEvent, TokenEvent
+from app.conversations import Conversations
+from app.errors import NotFound, UnprocessableInput
+from llm.generator import FakeGenerator
+from retrieval.search import Retriever
+from tests.retrieval_kit import Kit, make_kit
+
+POLICY = b"# Leave\n\nStaff receive 28 days of paid leave every year."
+
+
+def service(kit: Kit, generator: FakeGenerator) -> ChatService:
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    document, _ = kit.library.submit(data=POLICY, filename="p.md", collection_id=kit.collection_id)
+    worker.ingest(document.id)
+    config = ChatConfig(top_k=3, min_score=0.1, max_answer_tokens=50, temperature=0.0)
+    return ChatService(
+        Conversations(kit.db), Retriever(kit.embedder, index, kit.store), generator, config
+    )
+
+
+async def collect(chat: ChatService, question: str, conversation_id: int | None = None):  # type: ignore[no-untyped-def]
+    _, message = chat.ask(question, conversation_id)
+    return [event async for event in chat.answer(message)]
+
+
+def test_history_reaches_the_prompt_and_answers_are_stored(tmp_path: Path) -> None:
+    generator = FakeGenerator()
+    chat = service(make_kit(tmp_path), generator)
+    first = asyncio.run(collect(chat, "How many days of leave do staff get?"))
+    done = first[-1]
+    assert isinstance(done, DoneEvent)
+    assert done.message.citations and done.message.citations[0].page == 1
+    asyncio.run(collect(chat, "Is that paid leave?", done.message.conversation_id))
+    assert "How many days of leave do staff get?" in generator.history[-1].prompt
+    messages = chat.conversations.messages(done.message.conversation_id)
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_unknown_conversation_and_empty_question(tmp_path: Path) -> None:
+    chat = service(make_kit(tmp_path), FakeGenerator())
+    with pytest.raises(NotFound):
+        chat.ask("hello", 12345)
+    with pytest.raises(UnprocessableInput):
+        chat.ask(" \t\n", None)
+
+
+def test_irrelevant_question_is_answered_without_the_model(tmp_path: Path) -> None:
+    generator = FakeGenerator()
+    chat = service(make_kit(tmp_path), generator)
+    events = asyncio.run(collect(chat, "xylophone quasar"))
+    assert isinstance(events[0], TokenEvent) and events[0].text == NOTHING_FOUND
+    assert generator.history == []
+
+
+class CountingGenerator(FakeGenerator):
+    produced = 0
+
+    def stream(self, request, cancel):  # type: ignore[no-untyped-def]
+        for token in super().stream(request, cancel):
+            self.produced += 1
+            yield token
+
+
+def test_leaving_mid_stream_stops_generation_within_a_token(tmp_path: Path) -> None:
+    generator = CountingGenerator(token_delay_s=0.05)
+    generator.enqueue([f"word{i} " for i in range(200)])
+    chat = service(make_kit(tmp_path), generator)
+
+    async def read_three_then_leave() -> None:
+        _, message = chat.ask("How many days of leave?", None)
+        stream = chat.answer(message)
+        for _ in range(3):
+            await anext(stream)
+        await stream.aclose()  # what a disconnecting client does to the SSE generator
+
+    asyncio.run(read_three_then_leave())
+    time.sleep(0.3)
+    stored = chat.conversations.messages(1)[-1]
+    assert stored.role == "assistant" and stored.content.endswith("(stopped)")
+    assert generator.produced <= 5  # the producer thread stopped, it did not run to 200
+
+
+def test_question_too_long_for_the_context_is_unprocessable(tmp_path: Path) -> None:
+    generator = FakeGenerator(context_tokens=120)
+    chat = service(make_kit(tmp_path), generator)
+
+    async def run() -> None:
+        await collect(chat, "leave " * 200)
+
+    with pytest.raises(UnprocessableInput, match="tokens"):
+        asyncio.run(run())
