@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from litestar import Litestar, Response
@@ -46,9 +45,6 @@ def _configure_templates(engine: JinjaTemplateEngine) -> None:
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or Settings()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     return Litestar(
         route_handlers=[
             live,

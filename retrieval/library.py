@@ -11,18 +11,19 @@ from retrieval.parsers import detect_kind
 from retrieval.store import DocumentGone, DocumentRecord, DocumentStore
 from retrieval.uploads import UploadFiles
 
-_UNSAFE_FILENAME_CHARS = re.compile(r"[\x00-\x1f\x7f<>:\"|?*]")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_FILENAME_CHARS = 200
 
 
 def display_filename(raw: str | None) -> str:
-    """A filename safe to store and show: no directories, control or markup characters.
+    """The user's filename without directories or control characters, for display only.
 
-    The name is only ever displayed (escaped); on disk files are named by content hash.
+    It is never used as a path (files are stored under their content hash) and is
+    escaped wherever it is shown, so characters such as ``<`` or ``&`` are kept.
     """
     name = unicodedata.normalize("NFC", raw or "")
     name = name.replace("\\", "/").rsplit("/", 1)[-1]
-    name = _UNSAFE_FILENAME_CHARS.sub("", name).strip().lstrip(".")
+    name = _CONTROL_CHARS.sub("", name).strip().lstrip(".")
     if len(name) > MAX_FILENAME_CHARS:
         stem, dot, suffix = name.rpartition(".")
         keep = MAX_FILENAME_CHARS - len(suffix) - 1
