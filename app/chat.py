@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from app.conversations import Citation, Conversation, Conversations, Message
@@ -14,6 +15,7 @@ from app.streaming import iterate_in_thread
 from llm.citations import attribute, cited_numbers
 from llm.generator import GenerationRequest, Generator
 from llm.prompt import Prompt, PromptTooLong, Source, Turn, build_prompt
+from llm.repetition import RepetitionGuard
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
@@ -120,20 +122,22 @@ class ChatService:
             stop=prompt.stop,
         )
         cancel = threading.Event()
-        parts: list[str] = []
+        guard = RepetitionGuard()
         finished = False
         try:
-            stream = iterate_in_thread(lambda: self.generator.stream(request, cancel), cancel)
-            async for token in stream:
-                parts.append(token)
-                yield TokenEvent(token)
+            tokens = iterate_in_thread(lambda: self.generator.stream(request, cancel), cancel)
+            async with aclosing(tokens):
+                async for token in tokens:
+                    if guard.feed(token):
+                        break  # a loop: the answer so far is all there is
+                    yield TokenEvent(token)
             finished = True
         finally:
             if not finished:  # the client left: keep what was said, marked as cut short
                 cancel.set()
-                partial = "".join(parts).strip()
+                partial = guard.text.strip()
                 self._save(question, f"{partial} …(stopped)" if partial else "(stopped)", ())
-        answer = attribute("".join(parts).strip(), prompt.sources)
+        answer = attribute(guard.text.strip(), prompt.sources)
         numbers = cited_numbers(answer, len(prompt.sources))
         citations = tuple(_citation(n, hits[n - 1]) for n in numbers)
         yield DoneEvent(self._save(question, answer or "(no answer)", citations))

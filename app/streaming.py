@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -14,7 +14,7 @@ _DONE = object()
 
 async def iterate_in_thread(
     make_iterator: Callable[[], Iterator[T]], cancel: threading.Event
-) -> AsyncIterator[T]:
+) -> AsyncGenerator[T, None]:
     """Yield the iterator's items without blocking the loop.
 
     When the consumer stops early (a client disconnected), ``cancel`` is set so the

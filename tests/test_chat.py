@@ -100,3 +100,13 @@ def test_question_too_long_for_the_context_is_unprocessable(tmp_path: Path) -> N
 
     with pytest.raises(UnprocessableInput, match="tokens"):
         asyncio.run(run())
+
+
+def test_a_looping_answer_is_cut_at_the_repetition(tmp_path: Path) -> None:
+    generator = FakeGenerator()
+    generator.enqueue(["Leave is 28 days.", " Paid leave is 28 days.", " Leave is 28 days.", " x"])
+    chat = service(make_kit(tmp_path), generator)
+    done = asyncio.run(collect(chat, "How many days of leave?"))[-1]
+    assert isinstance(done, DoneEvent)
+    assert done.message.content.count("Leave is 28 days") == 1
+    assert "x" not in done.message.content
