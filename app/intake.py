@@ -37,7 +37,10 @@ class Rejected:
 
 
 async def read_files(request: Request[Any, Any, Any], field: str = "file") -> list[IncomingFile]:
-    form = await request.form()
+    try:
+        form = await request.form()
+    except ValueError as exc:  # e.g. a non-file part that is not UTF-8 (UnicodeDecodeError)
+        raise UnprocessableInput("the multipart body is malformed") from exc
     values = form.getall(field) if field in form else []
     parts = [part for part in values if isinstance(part, UploadFile)]
     if not parts:

@@ -5,10 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
+from litestar.params import Parameter
 
 from app.conversations import Citation, Message
 from retrieval.store import DocumentRecord
 from retrieval.types import Hit
+
+MAX_ROW_ID = 2**63 - 1  # SQLite's INTEGER range; larger numbers can name no row
+RowId = Annotated[int, Parameter(ge=1, le=MAX_ROW_ID)]
+"""An id or page number in a path or query: out of range is a 4xx, never an overflow."""
 
 
 class DocumentOut(msgspec.Struct):
@@ -82,7 +87,7 @@ class SearchOut(msgspec.Struct):
 
 class ChatIn(msgspec.Struct, forbid_unknown_fields=True):
     message: Annotated[str, msgspec.Meta(min_length=1, max_length=4000)]
-    conversation_id: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    conversation_id: Annotated[int, msgspec.Meta(ge=1, le=MAX_ROW_ID)] | None = None
 
 
 class CitationOut(msgspec.Struct):

@@ -132,7 +132,8 @@ def load_models(services: Services) -> None:
         )
         services.library.attach_worker(worker)
         services.models = Models(embedder, generator, retriever, chat, worker)
-        if settings.load_samples and not services.store.list_documents():
+        # Only the very first start gets the samples: deleting them is respected.
+        if settings.load_samples and services.store.set_flag_once("samples_loaded"):
             _submit_samples(services, settings.samples_dir)
     except Exception as exc:
         log.exception("loading models failed")

@@ -110,3 +110,9 @@ def m002_conversations(db: sqlite_utils.Database) -> None:
         """
     )
     db.table("messages").create_index(["conversation_id"])
+
+
+@migration
+def m003_flags(db: sqlite_utils.Database) -> None:
+    """One-off facts about this deployment, such as 'the samples were loaded once'."""
+    db.table("flags").create({"name": str, "set_at": float}, pk="name")

@@ -61,6 +61,15 @@ class DocumentStore:
     def __init__(self, db: Database):
         self.db = db
 
+    # --- one-off flags ----------------------------------------------------------------------
+    def set_flag_once(self, name: str) -> bool:
+        """Set a flag; True only for the call that set it first."""
+        with self.db.write() as db:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO flags (name, set_at) VALUES (?, ?)", [name, time.time()]
+            )
+        return cursor.rowcount == 1
+
     # --- collections ------------------------------------------------------------------------
     def ensure_collection(self, name: str = DEFAULT_COLLECTION) -> int:
         with self.db.write() as db:

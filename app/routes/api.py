@@ -18,7 +18,16 @@ from app.conversations import Message
 from app.deps import provide_models, provide_services
 from app.errors import AppError, NotFound
 from app.intake import Accepted, read_files, require_all_supported, submit_all
-from app.schemas import ChatDone, ChatIn, DocumentList, DocumentOut, HitOut, SearchIn, SearchOut
+from app.schemas import (
+    ChatDone,
+    ChatIn,
+    DocumentList,
+    DocumentOut,
+    HitOut,
+    RowId,
+    SearchIn,
+    SearchOut,
+)
 from app.services import Models, Services
 from retrieval.store import DocumentGone
 
@@ -47,14 +56,14 @@ class DocumentsApi(Controller):
         return DocumentList([DocumentOut.of(d) for d in documents])
 
     @get("/{document_id:int}")
-    async def get_document(self, document_id: int, services: Services) -> DocumentOut:
+    async def get_document(self, document_id: RowId, services: Services) -> DocumentOut:
         document = await asyncio.to_thread(services.store.get_document, document_id)
         if document is None:
             raise NotFound("no such document")
         return DocumentOut.of(document)
 
     @delete("/{document_id:int}", status_code=HTTP_204_NO_CONTENT)
-    async def delete_document(self, document_id: int, services: Services) -> None:
+    async def delete_document(self, document_id: RowId, services: Services) -> None:
         try:
             await asyncio.to_thread(services.library.delete, document_id)
         except DocumentGone:

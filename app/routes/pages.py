@@ -20,6 +20,7 @@ from app.deps import provide_models, provide_services
 from app.errors import AppError, NotFound
 from app.intake import read_files, submit_all
 from app.rendering import highlight_passage
+from app.schemas import MAX_ROW_ID, RowId
 from app.services import Models, Services
 from retrieval.store import DocumentGone
 
@@ -27,6 +28,15 @@ from retrieval.store import DocumentGone
 class AskForm(Struct):
     message: str = ""
     conversation_id: str = ""
+
+
+def form_row_id(raw: str) -> int | None:
+    """An optional id from a form field: empty is None, anything else must name a row."""
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_ROW_ID:
+        raise NotFound("no such conversation")
+    return int(raw)
 
 
 def library_context(services: Services) -> dict[str, Any]:
@@ -69,19 +79,19 @@ class Pages(Controller):
         return Template("chat.html", context=context)
 
     @get("/c/{conversation_id:int}")
-    async def conversation(self, conversation_id: int, services: Services) -> Template:
+    async def conversation(self, conversation_id: RowId, services: Services) -> Template:
         context = await asyncio.to_thread(shell_context, services, conversation_id)
         if context["conversation"] is None:
             raise NotFound("no such conversation")
         return Template("chat.html", context=context)
 
     @get("/documents/{document_id:int}")
-    async def document(self, document_id: int) -> Redirect:
+    async def document(self, document_id: RowId) -> Redirect:
         return Redirect(f"/documents/{document_id}/pages/1")
 
     @get("/documents/{document_id:int}/pages/{page:int}")
     async def document_page(
-        self, document_id: int, page: int, services: Services, chunk: int | None = None
+        self, document_id: RowId, page: RowId, services: Services, chunk: RowId | None = None
     ) -> Template:
         """The cited page, with the cited passage highlighted and scrolled into view."""
         document = await asyncio.to_thread(services.store.get_document, document_id)
@@ -119,7 +129,7 @@ class Partials(Controller):
         models: Models,
         services: Services,
     ) -> Template:
-        conversation_id = int(data.conversation_id) if data.conversation_id.isdigit() else None
+        conversation_id = form_row_id(data.conversation_id)
         conversation, question = await asyncio.to_thread(
             models.chat.ask, data.message, conversation_id
         )
@@ -136,7 +146,11 @@ class Partials(Controller):
 
     @get("/answers/{question_id:int}/stream")
     async def answer_stream(
-        self, question_id: int, models: Models, services: Services, request: Request[Any, Any, Any]
+        self,
+        question_id: RowId,
+        models: Models,
+        services: Services,
+        request: Request[Any, Any, Any],
     ) -> ServerSentEvent:
         question = await asyncio.to_thread(services.conversations.message, question_id)
         if question is None or question.role != "user":
@@ -144,7 +158,7 @@ class Partials(Controller):
         return ServerSentEvent(html_events(models.chat, question, request))
 
     @get("/messages/{message_id:int}/sources")
-    async def sources(self, message_id: int, services: Services) -> Template:
+    async def sources(self, message_id: RowId, services: Services) -> Template:
         message = await asyncio.to_thread(services.conversations.message, message_id)
         if message is None:
             raise NotFound("no such message")
@@ -156,7 +170,7 @@ class Partials(Controller):
         return Template("_upload_rows.html", context={"results": results})
 
     @get("/documents/{document_id:int}/row")
-    async def document_row(self, document_id: int, services: Services) -> Template:
+    async def document_row(self, document_id: RowId, services: Services) -> Template:
         document = await asyncio.to_thread(services.store.get_document, document_id)
         if document is None:
             raise NotFound("no such document")
@@ -165,7 +179,7 @@ class Partials(Controller):
         return Template("_document_row.html", context={"document": document}, headers=headers)
 
     @delete("/documents/{document_id:int}", status_code=200)
-    async def delete_document(self, document_id: int, services: Services) -> Response[str]:
+    async def delete_document(self, document_id: RowId, services: Services) -> Response[str]:
         try:
             await asyncio.to_thread(services.library.delete, document_id)
         except DocumentGone:
