@@ -151,7 +151,9 @@ def _embedder(settings: Settings) -> Embedder:
 
 def _generator(settings: Settings) -> Generator:
     if settings.generator_backend == "fake":
-        return FakeGenerator(context_tokens=settings.n_ctx)
+        return FakeGenerator(
+            context_tokens=settings.n_ctx, token_delay_s=settings.fake_token_delay_s
+        )
     model_path = settings.generator_model or bundled_generator_model(settings.models_dir)
     return LlamaGenerator(
         LlamaConfig(

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     generator_backend: Literal["llama-cpp", "fake"] = Field(
         "llama-cpp", description="'fake' streams a canned grounded answer."
     )
+    fake_token_delay_s: float = Field(
+        0.0, ge=0.0, le=5.0, description="Pause per token of the 'fake' generator (demos, tests)."
+    )
     generator_model: Path | None = Field(
         None, description="GGUF file; unset = the bundled Gemma 3 270M (Q4_K_M)."
     )

@@ -113,7 +113,8 @@ class FakeGenerator:
     """Deterministic stand-in: quotes the last prompt's first source, one word per token.
 
     ``enqueue`` scripts the next responses (a list of tokens each); ``history`` records
-    every request, as simonw/llm's MockModel does.
+    every request, as simonw/llm's MockModel does. Like ``LlamaGenerator`` it serves one
+    stream at a time, so tests see the same queueing and cancellation behaviour.
     """
 
     model_id: str = "fake"
@@ -123,6 +124,7 @@ class FakeGenerator:
     prompt_format: PromptFormat = field(default_factory=CompletionFormat)
     history: list[GenerationRequest] = field(default_factory=list)
     _scripted: deque[list[str]] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def enqueue(self, tokens: Sequence[str]) -> None:
         self._scripted.append(list(tokens))
@@ -131,12 +133,13 @@ class FakeGenerator:
         return len(text.split())
 
     def stream(self, request: GenerationRequest, cancel: threading.Event) -> Iterator[str]:
-        self.history.append(request)
-        tokens = self._scripted.popleft() if self._scripted else self._default(request.prompt)
-        for token in tokens[: request.max_tokens]:
-            if cancel.wait(self.token_delay_s) if self.token_delay_s else cancel.is_set():
-                return
-            yield token
+        with self._lock:
+            self.history.append(request)
+            tokens = self._scripted.popleft() if self._scripted else self._default(request.prompt)
+            for token in tokens[: request.max_tokens]:
+                if cancel.wait(self.token_delay_s) if self.token_delay_s else cancel.is_set():
+                    return
+                yield token
 
     @staticmethod
     def _default(prompt: str) -> list[str]:
