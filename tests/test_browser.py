@@ -99,6 +99,9 @@ def test_drop_upload_ask_stream_and_open_citation(page: Any) -> None:
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "chat.png"))
+    page.emulate_media(color_scheme="dark")  # the theme follows the system setting
+    page.screenshot(path=str(SCREENSHOTS / "chat-dark.png"))
+    page.emulate_media(color_scheme="light")
 
     with page.context.expect_page() as opened:
         answer.locator("a.cite").first.click()
