@@ -62,13 +62,20 @@ class Services:
 
     @property
     def ready(self) -> bool:
-        return self.models is not None
+        return self.models is not None and self.models.worker.alive
+
+    @property
+    def problem(self) -> str | None:
+        """Why the service is not ready, when something went wrong (not just starting)."""
+        if self.load_error:
+            return f"the models failed to load: {self.load_error}"
+        if self.models is not None and not self.models.worker.alive:
+            return "the ingestion worker has stopped; see the server log"
+        return None
 
     def require_models(self) -> Models:
         if self.models is None:
-            if self.load_error:
-                raise NotReady(f"the models failed to load: {self.load_error}")
-            raise NotReady()
+            raise NotReady(self.problem) if self.problem else NotReady()
         return self.models
 
     def wait_until_loaded(self, timeout: float | None = None) -> bool:
@@ -132,9 +139,11 @@ def load_models(services: Services) -> None:
         )
         services.library.attach_worker(worker)
         services.models = Models(embedder, generator, retriever, chat, worker)
-        # Only the very first start gets the samples: deleting them is respected.
-        if settings.load_samples and services.store.set_flag_once("samples_loaded"):
+        # Only the very first start gets the samples: deleting them is respected. Submitting
+        # twice (a crash before the flag) is harmless: identical content is deduplicated.
+        if settings.load_samples and not services.store.has_flag("samples_loaded"):
             _submit_samples(services, settings.samples_dir)
+            services.store.set_flag("samples_loaded")
     except Exception as exc:
         log.exception("loading models failed")
         services.load_error = f"{type(exc).__name__}: {exc}"
@@ -189,6 +198,6 @@ async def services_lifespan(app: Litestar) -> AsyncIterator[None]:
 
 def _shutdown(services: Services, loader: threading.Thread) -> None:
     loader.join()
-    if services.models is not None:
-        services.models.worker.stop()
-    services.db.close()
+    stopped = services.models.worker.stop() if services.models is not None else True
+    if stopped:  # never pull the database from under a worker that is still writing
+        services.db.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -57,11 +58,12 @@ class FaissIndex:
         self._faiss = faiss
         self._index = _index or faiss.IndexIDMap2(faiss.IndexFlatIP(dimension))
         self._lock = threading.RLock()  # FAISS indexes are not safe for concurrent writes
+        self._count = int(self._index.ntotal)  # readable without waiting for the lock
+        self._save_lock = threading.Lock()  # index file and manifest are written as a pair
 
     @property
     def count(self) -> int:
-        with self._lock:
-            return int(self._index.ntotal)
+        return self._count
 
     def ids(self) -> IdArray:
         with self._lock:
@@ -76,13 +78,16 @@ class FaissIndex:
             raise ValueError(f"expected {len(ids)}×{self.dimension} vectors, got {vectors.shape}")
         with self._lock:
             self._index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
+            self._count = int(self._index.ntotal)
 
     def remove(self, ids: IdArray) -> int:
         if len(ids) == 0:
             return 0
         with self._lock:
             selector = self._faiss.IDSelectorArray(np.asarray(ids, dtype=np.int64))
-            return int(self._index.remove_ids(selector))
+            removed = int(self._index.remove_ids(selector))
+            self._count = int(self._index.ntotal)
+            return removed
 
     def search(self, query: Vectors, k: int) -> list[tuple[int, float]]:
         query = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
@@ -95,20 +100,21 @@ class FaissIndex:
     def save(self, directory: Path) -> Manifest:
         """Checkpoint atomically: temp file, fsync, rename, then the manifest, then the dir."""
         directory.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            blob = self._faiss.serialize_index(self._index).tobytes()
-            ids = self.ids()
-        manifest = Manifest(
-            format=MANIFEST_FORMAT,
-            count=len(ids),
-            max_chunk_id=int(ids.max()) if len(ids) else 0,
-            model_id=self.model_id,
-            dimension=self.dimension,
-            sha256=hashlib.sha256(blob).hexdigest(),
-            saved_at=time.time(),
-        )
-        write_atomically(directory / INDEX_FILE, blob)
-        write_atomically(directory / MANIFEST_FILE, json.dumps(asdict(manifest)).encode())
+        with self._save_lock:  # one save at a time, so an older snapshot never lands last
+            with self._lock:
+                blob = self._faiss.serialize_index(self._index).tobytes()
+                ids = self.ids()
+            manifest = Manifest(
+                format=MANIFEST_FORMAT,
+                count=len(ids),
+                max_chunk_id=int(ids.max()) if len(ids) else 0,
+                model_id=self.model_id,
+                dimension=self.dimension,
+                sha256=hashlib.sha256(blob).hexdigest(),
+                saved_at=time.time(),
+            )
+            write_atomically(directory / INDEX_FILE, blob)
+            write_atomically(directory / MANIFEST_FILE, json.dumps(asdict(manifest)).encode())
         return manifest
 
     @classmethod
@@ -147,13 +153,21 @@ def read_manifest(directory: Path) -> Manifest:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Never leave a half-written file at ``path``, even on kill -9 or power loss."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    """Never leave a half-written file at ``path``, even on kill -9 or power loss.
+
+    Each writer gets its own temporary file, so concurrent writers cannot interleave.
+    """
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_directory(path.parent)
 
 

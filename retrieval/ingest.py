@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 class IngestConfig:
     chunk_tokens: int = 200
     chunk_overlap_tokens: int = 40
-    checkpoint_seconds: float = 5.0
+    checkpoint_seconds: float = 5.0  # quiet time before saving; 0 saves after every batch
+    max_checkpoint_interval: float = 60.0  # save at least this often under constant load
     max_batch_documents: int = 32
 
 
@@ -65,6 +66,7 @@ class IngestWorker:
         self.config = config
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._dirty = threading.Event()
+        self._last_checkpoint = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="ragdesk-ingest", daemon=True)
 
     @property
@@ -82,15 +84,29 @@ class IngestWorker:
     def mark_dirty(self) -> None:
         self._dirty.set()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Finish the current batch, checkpoint, stop; False if that took longer than timeout."""
         self._queue.put(None)
         self._thread.join(timeout)
-        self.checkpoint()
+        if self._thread.is_alive():
+            log.warning("ingestion still busy after %.0fs; SQLite has its work", timeout)
+        return not self._thread.is_alive()
 
     def checkpoint(self) -> None:
-        if self._dirty.is_set():
-            self._dirty.clear()
+        """Save the index if it changed. Only the worker thread calls this while it runs."""
+        if not self._dirty.is_set():
+            return
+        self._dirty.clear()
+        try:
             self.index.save(self.index_dir)
+            self._last_checkpoint = time.monotonic()
+        except OSError:  # disk full, permissions: SQLite has everything, try again later
+            self._dirty.set()
+            log.exception("could not checkpoint the vector index; will retry")
 
     def _run(self) -> None:
         stopping = False
@@ -107,6 +123,9 @@ class IngestWorker:
                 log.exception("ingestion of documents %s failed unexpectedly", batch)
                 for document_id in batch:
                     self._fail(document_id, "internal error while ingesting; see the server log")
+            overdue = time.monotonic() - self._last_checkpoint > self.config.max_checkpoint_interval
+            if stopping or overdue or not self.config.checkpoint_seconds:
+                self.checkpoint()
 
     def _drain(self, first: int | None) -> tuple[list[int], bool]:
         """The first id plus whatever else is already queued, up to a batch."""
@@ -133,15 +152,28 @@ class IngestWorker:
         One embedding call over many documents fills whole, length-sorted batches: bulk
         uploads run at the embedder's own speed instead of paying for ragged batches.
         """
-        prepared = [p for p in map(self._prepare, document_ids) if p is not None]
+        prepared = [p for p in map(self._prepare_safely, document_ids) if p is not None]
         # One call for all: the embedder sorts by length and fills whole batches.
         vectors = self.embedder.embed_batch([text for p in prepared for text in p.texts])
         offset = 0
         for item in prepared:
             item_vectors = vectors[offset : offset + len(item.chunk_ids)]
             offset += len(item.chunk_ids)
-            with contextlib.suppress(DocumentGone):
+            try:
                 self._index(item, item_vectors)
+            except DocumentGone:
+                log.info("document %s was deleted during ingestion", item.document_id)
+            except Exception:  # one document's failure must not touch the others
+                log.exception("indexing document %s failed", item.document_id)
+                self._fail(item.document_id, "internal error while indexing; see the server log")
+
+    def _prepare_safely(self, document_id: int) -> _Prepared | None:
+        try:
+            return self._prepare(document_id)
+        except Exception:  # one document's failure must not touch the others
+            log.exception("preparing document %s failed", document_id)
+            self._fail(document_id, "internal error while parsing; see the server log")
+            return None
 
     def _prepare(self, document_id: int) -> _Prepared | None:
         """Parse, chunk and store one document's content; None when there is nothing to embed."""
@@ -180,8 +212,9 @@ class IngestWorker:
 
     def _index(self, item: _Prepared, vectors: Vectors) -> None:
         """SQLite first (the source of truth), then FAISS."""
-        self.store.save_embeddings(item.chunk_ids, self.embedder.model_id, vectors)
-        self.store.set_status(item.document_id, DocumentStatus.INDEXED)
+        self.store.save_embeddings(
+            item.document_id, item.chunk_ids, self.embedder.model_id, vectors
+        )
         ids = np.asarray(item.chunk_ids, dtype=np.int64)
         self.index.add(ids, vectors)
         if self.store.get_document(item.document_id) is None:  # deleted while we were adding
@@ -196,6 +229,10 @@ class IngestWorker:
         )
 
     def _fail(self, document_id: int, reason: str) -> None:
+        """Mark a document failed, unless it is gone or already finished."""
+        document = self.store.get_document(document_id)
+        if document is None or document.status is DocumentStatus.INDEXED:
+            return
         with contextlib.suppress(DocumentGone):  # deleted meanwhile: nothing to mark
             self.store.set_status(document_id, DocumentStatus.FAILED, reason)
 

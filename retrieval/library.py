@@ -83,10 +83,12 @@ class Library:
         document = self.store.get_document(document_id)
         if document is None:
             raise DocumentGone(document_id)
-        chunk_ids = self.store.delete_document(document_id)
+        # Under the files lock: an identical upload cannot be acknowledged in between and
+        # then find its file removed.
+        with self._files_lock:
+            chunk_ids = self.store.delete_document(document_id)
+            if not self.store.stored_name_in_use(document.stored_name):
+                self.files.delete(document.stored_name)
         if self.worker is not None:
             self.worker.index.remove(chunk_ids)
             self.worker.mark_dirty()
-        with self._files_lock:
-            if not self.store.stored_name_in_use(document.stored_name):
-                self.files.delete(document.stored_name)

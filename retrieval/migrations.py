@@ -16,15 +16,30 @@ def migration(fn: Migration) -> Migration:
     return fn
 
 
-def apply_migrations(db: sqlite_utils.Database) -> None:
+def apply_migrations(db: sqlite_utils.Database, migrations: list[Migration] | None = None) -> None:
     db.table("_migrations").create(
         {"name": str, "applied_at": float}, pk="name", if_not_exists=True
     )
     applied = {row["name"] for row in db.table("_migrations").rows}
-    for fn in MIGRATIONS:
+    for fn in migrations or MIGRATIONS:
         if fn.__name__ not in applied:
-            fn(db)
-            db.table("_migrations").insert({"name": fn.__name__, "applied_at": time.time()})
+            _apply_atomically(db, fn)
+
+
+def _apply_atomically(db: sqlite_utils.Database, fn: Migration) -> None:
+    """The schema change and its record commit together: a crash leaves neither."""
+    conn = db.conn
+    conn.execute("BEGIN")
+    try:
+        fn(db)
+        conn.execute(
+            "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", [fn.__name__, time.time()]
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 @migration

@@ -62,13 +62,15 @@ class DocumentStore:
         self.db = db
 
     # --- one-off flags ----------------------------------------------------------------------
-    def set_flag_once(self, name: str) -> bool:
-        """Set a flag; True only for the call that set it first."""
+    def has_flag(self, name: str) -> bool:
+        rows = self.db.read().execute("SELECT 1 FROM flags WHERE name = ?", [name])
+        return rows.fetchone() is not None
+
+    def set_flag(self, name: str) -> None:
         with self.db.write() as db:
-            cursor = db.execute(
+            db.execute(
                 "INSERT OR IGNORE INTO flags (name, set_at) VALUES (?, ?)", [name, time.time()]
             )
-        return cursor.rowcount == 1
 
     # --- collections ------------------------------------------------------------------------
     def ensure_collection(self, name: str = DEFAULT_COLLECTION) -> int:
@@ -201,12 +203,21 @@ class DocumentStore:
             )
         return chunk_ids
 
-    def save_embeddings(self, chunk_ids: Sequence[int], model_id: str, vectors: Vectors) -> None:
+    def save_embeddings(
+        self, document_id: int, chunk_ids: Sequence[int], model_id: str, vectors: Vectors
+    ) -> None:
+        """Store a document's vectors and mark it indexed, in one transaction."""
         rows = (
             (chunk_id, model_id, np.asarray(vector, dtype=np.float32).tobytes())
             for chunk_id, vector in zip(chunk_ids, vectors, strict=True)
         )
         with self.db.write() as db:
+            cursor = db.execute(
+                "UPDATE documents SET status = ?, error = NULL, updated_at = ? WHERE id = ?",
+                [DocumentStatus.INDEXED.value, time.time(), document_id],
+            )
+            if cursor.rowcount == 0:  # deleted while its vectors were computed
+                raise DocumentGone(document_id)
             db.conn.executemany(
                 "INSERT OR REPLACE INTO embeddings (chunk_id, model_id, vector) VALUES (?, ?, ?)",
                 rows,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from retrieval.index import write_atomically
+from retrieval.index import fsync_directory, write_atomically
 
 
 def content_hash(data: bytes) -> str:
@@ -29,7 +29,9 @@ class UploadFiles:
         stored_name = content_hash(data)
         path = self.path(stored_name)
         if not path.exists():
-            path.parent.mkdir(exist_ok=True)
+            if not path.parent.exists():
+                path.parent.mkdir()
+                fsync_directory(self.directory)  # the new directory's entry must survive too
             write_atomically(path, data)
         return stored_name
 

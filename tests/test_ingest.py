@@ -120,3 +120,56 @@ def test_vectors_round_trip_through_sqlite(tmp_path: Path) -> None:
     vectors = kit.store.vectors(ids, kit.embedder.dimension)
     assert vectors.shape == (len(ids), kit.embedder.dimension)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_deleting_one_document_mid_batch_leaves_the_others_indexed(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    keep, _ = kit.library.submit(data=TEXT, filename="keep.md", collection_id=kit.collection_id)
+    drop, _ = kit.library.submit(
+        data=b"short lived", filename="drop.txt", collection_id=kit.collection_id
+    )
+    embed = kit.embedder.embed_batch
+
+    def embed_while_a_user_deletes(texts):  # type: ignore[no-untyped-def]
+        kit.library.delete(drop.id)
+        return embed(texts)
+
+    kit.embedder.embed_batch = embed_while_a_user_deletes  # type: ignore[method-assign]
+    worker.ingest_many([keep.id, drop.id])
+    kept = kit.store.get_document(keep.id)
+    assert kept is not None and kept.status is DocumentStatus.INDEXED
+    assert kit.store.get_document(drop.id) is None
+    assert sorted(index.ids().tolist()) == sorted(
+        kit.store.embedded_chunk_ids(kit.embedder.model_id).tolist()
+    )
+
+
+def test_a_failed_checkpoint_is_retried_and_the_worker_survives(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index, checkpoint_seconds=0.05)
+    save = index.save
+    attempts: list[int] = []
+
+    def flaky_save(directory):  # type: ignore[no-untyped-def]
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError(28, "No space left on device")
+        return save(directory)
+
+    index.save = flaky_save  # type: ignore[method-assign]
+    kit.library.attach_worker(worker)
+    try:
+        kit.library.submit(data=TEXT, filename="a.md", collection_id=kit.collection_id)
+        wait_for(lambda: len(attempts) >= 2)
+        assert worker.alive
+        second, _ = kit.library.submit(
+            data=b"later text", filename="b.txt", collection_id=kit.collection_id
+        )
+        wait_for(lambda: kit.store.get_document(second.id).status.is_terminal)  # type: ignore[union-attr]
+    finally:
+        assert worker.stop()
+    reopened, report = kit.open_index()
+    assert report.loaded_from_disk and reopened.count == index.count

@@ -172,3 +172,39 @@ def test_page_text_offsets_match_blocks() -> None:
     document = parse(b"# A\n\nfirst para\n\nsecond para", "x.md")
     page = document.pages[0]
     assert page.text == "A\n\nfirst para\n\nsecond para"
+
+
+def test_pathological_heading_lines_parse_in_linear_time() -> None:
+    import time
+
+    line = "# a" + " " * 100_000 + "b"
+    started = time.perf_counter()
+    document = parse(f"{line}\n\n#   Title ##  \n\ntext".encode(), "evil.md")
+    assert time.perf_counter() - started < 1.0
+    assert [b.text for b in document.pages[0].blocks if b.is_heading][-1] == "Title"
+
+
+def test_text_that_mentions_the_pdf_header_stays_text() -> None:
+    assert (
+        detect_kind(b"Notes: a PDF starts with %PDF-1.7 bytes", "notes.md") is DocumentKind.MARKDOWN
+    )
+
+
+def test_docx_entities_declared_late_or_in_utf16_are_refused() -> None:
+    import io
+    import zipfile
+
+    from tests.documents import make_docx, replace_in_zip
+
+    base = make_docx([("p", "x")])
+    xml = zipfile.ZipFile(io.BytesIO(base)).read("word/document.xml")
+    padded = (
+        b"<!--" + b" " * 8000 + b"-->" + b'<!DOCTYPE d [<!ENTITY e "x">]>' + xml.split(b"?>", 1)[1]
+    )
+    with pytest.raises(ParseError, match="entity"):
+        parse(replace_in_zip(base, "word/document.xml", padded), "late.docx")
+    utf16 = ('<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE d [<!ENTITY e "x">]><d/>').encode(
+        "utf-16"
+    )
+    with pytest.raises(ParseError, match="entity"):
+        parse(replace_in_zip(base, "word/styles.xml", utf16), "utf16.docx")

@@ -26,7 +26,7 @@ def test_missing_model_file_is_reported_not_crashed(tmp_path: Path) -> None:
         accepted = upload(client, ("notes.txt", b"kept safe until the models load"))
         assert accepted.status_code == 201
         assert accepted.json()["documents"][0]["status"] == "queued"
-        assert "Models failed" in client.get("/").text
+        assert "the models failed to load" in client.get("/").text
 
 
 def test_queued_uploads_are_ingested_on_the_next_good_start(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ def ready(state: State) -> Response[Health]:
     services: Services | None = getattr(state, "services", None)
     if services is not None and services.ready:
         return Response(Health(status="ready"), status_code=HTTP_200_OK)
-    detail = services.load_error if services is not None else None
+    detail = services.problem if services is not None else None
     return Response(
         Health(status="failed" if detail else "starting", detail=detail),
         status_code=HTTP_503_SERVICE_UNAVAILABLE,

@@ -61,7 +61,7 @@ def status_context(services: Services) -> dict[str, Any]:
     models = services.models
     return {
         "ready": services.ready,
-        "load_error": services.load_error,
+        "problem": services.problem,
         "model": models.generator.model_id if models else None,
         "embedder": models.embedder.model_id if models else None,
         "vectors": models.worker.index.count if models else 0,

@@ -45,7 +45,10 @@ def detect_kind(data: bytes, filename: str) -> DocumentKind:
     """
     claimed = _EXTENSIONS.get(PurePath(filename).suffix.lower())
     head = data[:_SNIFF_BYTES]
-    if b"%PDF-" in head[:1024]:
+    # PDF readers accept the header anywhere in the first KiB; we do when the name says PDF.
+    if head.lstrip().startswith(b"%PDF-") or (
+        claimed is DocumentKind.PDF and b"%PDF-" in head[:1024]
+    ):
         return DocumentKind.PDF
     if head.startswith(b"PK\x03\x04"):
         if claimed is DocumentKind.DOCX or _is_docx_zip(data):

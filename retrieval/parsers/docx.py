@@ -10,12 +10,13 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 
 from retrieval.parsers.errors import ParseError
-from retrieval.parsers.text import clean_text
-from retrieval.types import Block, ParsedDocument, ParsedPage
+from retrieval.parsers.text import clean_text, single_page
+from retrieval.types import Block, ParsedDocument
 
 MAX_UNCOMPRESSED_BYTES = 200 * 1024 * 1024
 MAX_COMPRESSION_RATIO = 200
 MAX_MEMBERS = 10_000
+_DTD_SCAN_BYTES = 64 * 1024
 
 
 def parse_docx(data: bytes, fallback_title: str) -> ParsedDocument:
@@ -32,7 +33,7 @@ def parse_docx(data: bytes, fallback_title: str) -> ParsedDocument:
     title = (document.core_properties.title or "").strip()
     if not title:
         title = next((b.text for b in blocks if b.is_heading), fallback_title)
-    return ParsedDocument(title=title, pages=(ParsedPage(number=1, blocks=tuple(blocks)),))
+    return single_page(title, blocks)
 
 
 def _check_archive(data: bytes) -> None:
@@ -51,10 +52,21 @@ def _check_archive(data: bytes) -> None:
         if "word/document.xml" not in archive.namelist():
             raise ParseError("not a valid DOCX file (word/document.xml is missing)")
         for member in members:
-            if member.filename.endswith((".xml", ".rels")):
-                head = archive.read(member)[:4096].upper()
-                if b"<!DOCTYPE" in head or b"<!ENTITY" in head:
-                    raise ParseError("the DOCX contains XML entity declarations, refused")
+            with archive.open(member) as part:
+                head = part.read(_DTD_SCAN_BYTES)
+            if _declares_dtd(head):
+                raise ParseError("the DOCX contains XML entity declarations, refused")
+
+
+def _declares_dtd(head: bytes) -> bool:
+    """A DTD can only come before the root element, so the start of each part suffices.
+
+    This is defence in depth: python-docx's XML parser does not resolve entities either.
+    """
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        head = head.decode("utf-16", errors="ignore").encode()
+    upper = head.upper()
+    return b"<!DOCTYPE" in upper or b"<!ENTITY" in upper
 
 
 def _is_heading(paragraph: Paragraph) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 from selectolax.lexbor import LexborNode as Node
 
-from retrieval.parsers.text import paragraphs
-from retrieval.types import Block, ParsedDocument, ParsedPage
+from retrieval.parsers.text import paragraphs, single_page
+from retrieval.types import Block, ParsedDocument
 
 _DROPPED = "script, style, noscript, template, svg, iframe, object, nav, header > nav, form"
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
@@ -36,7 +36,7 @@ def parse_html(text: str, fallback_title: str) -> ParsedDocument:
         blocks = paragraphs(root.text(separator="\n"))
     if not title:
         title = next((b.text for b in blocks if b.is_heading), fallback_title)
-    return ParsedDocument(title=title, pages=(ParsedPage(number=1, blocks=tuple(blocks)),))
+    return single_page(title, blocks)
 
 
 def _structural_blocks(root: Node) -> list[Block]:

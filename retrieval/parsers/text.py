@@ -11,7 +11,7 @@ from retrieval.types import Block, ParsedDocument, ParsedPage
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _BLANK_LINES = re.compile(r"\n\s*\n")
-_ATX_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_ATX_HEADING = re.compile(r"#{1,6}[ \t]+(\S.*)")  # linear: trailing #s are stripped in code
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _MAX_CSV_FIELD = 1_000_000
 
@@ -62,10 +62,10 @@ def parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
     for line in text.split("\n"):
         if _FENCE.match(line):
             in_fence = not in_fence
-        heading = None if in_fence else _ATX_HEADING.match(line)
-        if heading:
+        heading = None if in_fence else _ATX_HEADING.fullmatch(line.rstrip())
+        if heading and (text := heading.group(1).rstrip("#").strip()):
             flush()
-            blocks.append(Block(heading.group(2), is_heading=True))
+            blocks.append(Block(text, is_heading=True))
         else:
             pending.append(line)
     flush()

@@ -1,0 +1,49 @@
+"""SQLite: WAL, one writer, numbered migrations applied once and atomically."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+import sqlite_utils
+
+from retrieval.db import Database
+from retrieval.migrations import MIGRATIONS, apply_migrations
+
+
+def test_schema_pragmas_and_migrations(tmp_path: Path) -> None:
+    db = Database(tmp_path / "r.db")
+    reader = db.read()
+    assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    applied = [row["name"] for row in reader.query("SELECT name FROM _migrations ORDER BY name")]
+    assert applied == sorted(fn.__name__ for fn in MIGRATIONS)
+    db.close()
+    Database(tmp_path / "r.db").close()  # reopening applies nothing twice
+
+
+def test_a_failing_migration_leaves_no_trace(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "m.db")
+    db = sqlite_utils.Database(conn)
+
+    def m900_half_done(db: sqlite_utils.Database) -> None:
+        db.execute("CREATE TABLE half (x INTEGER)")
+        raise RuntimeError("power cut")
+
+    with pytest.raises(RuntimeError):
+        apply_migrations(db, [m900_half_done])
+    assert "half" not in db.table_names()
+    assert [row["name"] for row in db.table("_migrations").rows] == []
+
+
+def test_readers_use_their_own_connection_per_thread(tmp_path: Path) -> None:
+    db = Database(tmp_path / "r.db")
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(db.read()))
+    thread.start()
+    thread.join()
+    assert seen[0] is not db.read()
+    with db.write() as writer:
+        writer.execute("INSERT INTO collections (name, created_at) VALUES ('x', 0)")
+    assert seen[0].execute("SELECT COUNT(*) FROM collections").fetchone()[0] == 1
