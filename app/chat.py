@@ -81,7 +81,7 @@ class ChatService:
             raise NotFound("no such conversation")
         else:
             conversation = found
-        return conversation, self.conversations.add_message(conversation.id, "user", question)
+        return conversation, self.conversations.add_question(conversation.id, question)
 
     async def answer(self, question: Message) -> AsyncIterator[ChatEvent]:
         """Stream the answer to a recorded question, then store it with its citations.
@@ -89,7 +89,7 @@ class ChatService:
         A question already answered yields its stored answer at once, so a reconnecting
         client never triggers a second generation.
         """
-        existing = self.conversations.reply_to(question)
+        existing = await asyncio.to_thread(self.conversations.answer_to, question)
         if existing is not None or question.id in self._answering:
             if existing is not None:
                 yield DoneEvent(existing)
@@ -111,7 +111,7 @@ class ChatService:
         )
         if not hits:
             yield TokenEvent(NOTHING_FOUND)
-            yield DoneEvent(self._save(question, NOTHING_FOUND, ()))
+            yield DoneEvent(await self._save(question, NOTHING_FOUND, ()))
             return
         sources = [Source(n, hit.title, hit.page, hit.text) for n, hit in enumerate(hits, 1)]
         prompt = await asyncio.to_thread(self._prompt, question, sources)
@@ -136,11 +136,15 @@ class ChatService:
             if not finished:  # the client left: keep what was said, marked as cut short
                 cancel.set()
                 partial = guard.text.strip()
-                self._save(question, f"{partial} …(stopped)" if partial else "(stopped)", ())
+                stopped = f"{partial} …(stopped)" if partial else "(stopped)"
+                # Not awaited: a generator being closed must not wait for the database.
+                asyncio.get_running_loop().run_in_executor(
+                    None, self.conversations.add_answer, question, stopped
+                )
         answer = attribute(guard.text.strip(), prompt.sources)
         numbers = cited_numbers(answer, len(prompt.sources))
         citations = tuple(_citation(n, hits[n - 1]) for n in numbers)
-        yield DoneEvent(self._save(question, answer or "(no answer)", citations))
+        yield DoneEvent(await self._save(question, answer or "(no answer)", citations))
 
     def _prompt(self, question: Message, sources: list[Source]) -> Prompt:
         history = self._history(question)
@@ -158,22 +162,13 @@ class ChatService:
             raise UnprocessableInput(str(exc)) from exc
 
     def _history(self, question: Message) -> list[Turn]:
-        turns: list[Turn] = []
-        pending: str | None = None
-        for message in self.conversations.messages(question.conversation_id):
-            if message.id >= question.id:
-                break
-            if message.role == "user":
-                pending = message.content
-            elif pending is not None:
-                turns.append(Turn(pending, message.content))
-                pending = None
-        return turns
+        turns = self.conversations.turns_before(question)
+        return [Turn(asked.content, answered.content) for asked, answered in turns]
 
-    def _save(self, question: Message, answer: str, citations: tuple[Citation, ...]) -> Message:
-        return self.conversations.add_message(
-            question.conversation_id, "assistant", answer, citations
-        )
+    async def _save(
+        self, question: Message, answer: str, citations: tuple[Citation, ...]
+    ) -> Message:
+        return await asyncio.to_thread(self.conversations.add_answer, question, answer, citations)
 
 
 def _citation(number: int, hit: Hit) -> Citation:

@@ -36,6 +36,7 @@ class Message:
     content: str
     citations: tuple[Citation, ...]
     created_at: float
+    reply_to: int | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Message:
@@ -47,6 +48,7 @@ class Message:
             content=row["content"],
             citations=citations,
             created_at=row["created_at"],
+            reply_to=row["reply_to"],
         )
 
 
@@ -83,25 +85,36 @@ class Conversations:
         )
         return [Conversation(**row) for row in rows]
 
-    def add_message(
+    def add_question(self, conversation_id: int, content: str) -> Message:
+        return self._add(conversation_id, "user", content, (), reply_to=None)
+
+    def add_answer(
+        self, question: Message, content: str, citations: tuple[Citation, ...] = ()
+    ) -> Message:
+        return self._add(question.conversation_id, "assistant", content, citations, question.id)
+
+    def _add(
         self,
         conversation_id: int,
         role: Role,
         content: str,
-        citations: tuple[Citation, ...] = (),
+        citations: tuple[Citation, ...],
+        reply_to: int | None,
     ) -> Message:
         now = time.time()
         payload = json.dumps([c.__dict__ for c in citations])
         with self.db.write() as db:
             cursor = db.execute(
-                "INSERT INTO messages (conversation_id, role, content, citations, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [conversation_id, role, content, payload, now],
+                "INSERT INTO messages"
+                " (conversation_id, role, content, citations, created_at, reply_to)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [conversation_id, role, content, payload, now, reply_to],
             )
             db.execute(
                 "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
             )
-        return Message(int(cursor.lastrowid or 0), conversation_id, role, content, citations, now)
+        message_id = int(cursor.lastrowid or 0)
+        return Message(message_id, conversation_id, role, content, citations, now, reply_to)
 
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self.db.read().query(
@@ -113,14 +126,19 @@ class Conversations:
         rows = list(self.db.read().query("SELECT * FROM messages WHERE id = ?", [message_id]))
         return Message.from_row(rows[0]) if rows else None
 
-    def reply_to(self, question: Message) -> Message | None:
+    def answer_to(self, question: Message) -> Message | None:
         """The assistant message that answered ``question``, if there is one yet."""
         rows = list(
-            self.db.read().query(
-                "SELECT * FROM messages WHERE conversation_id = ? AND id > ? ORDER BY id LIMIT 1",
-                [question.conversation_id, question.id],
-            )
+            self.db.read().query("SELECT * FROM messages WHERE reply_to = ?", [question.id])
         )
-        if rows and rows[0]["role"] == "assistant":
-            return Message.from_row(rows[0])
-        return None
+        return Message.from_row(rows[0]) if rows else None
+
+    def turns_before(self, question: Message) -> list[tuple[Message, Message]]:
+        """Earlier (question, answer) pairs of the conversation, oldest first."""
+        messages = self.messages(question.conversation_id)
+        answers = {m.reply_to: m for m in messages if m.reply_to is not None}
+        return [
+            (m, answers[m.id])
+            for m in messages
+            if m.role == "user" and m.id < question.id and m.id in answers
+        ]

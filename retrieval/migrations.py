@@ -131,3 +131,12 @@ def m002_conversations(db: sqlite_utils.Database) -> None:
 def m003_flags(db: sqlite_utils.Database) -> None:
     """One-off facts about this deployment, such as 'the samples were loaded once'."""
     db.table("flags").create({"name": str, "set_at": float}, pk="name")
+
+
+@migration
+def m004_message_replies(db: sqlite_utils.Database) -> None:
+    """An answer names the question it answers, so a late or repeated stream finds its own."""
+    db.execute("ALTER TABLE messages ADD COLUMN reply_to INTEGER REFERENCES messages(id)")
+    db.execute(
+        "CREATE UNIQUE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL"
+    )

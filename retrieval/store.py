@@ -188,14 +188,18 @@ class DocumentStore:
                 {"document_id": document_id, "number": page.number, "text": page.text}
                 for page in parsed.pages
             )
-            chunk_ids = []
-            for chunk in chunks:
-                cursor = db.execute(
-                    'INSERT INTO chunks (document_id, page, start, "end", heading, text)'
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    [document_id, chunk.page, chunk.start, chunk.end, chunk.heading, chunk.text],
+            db.conn.executemany(
+                'INSERT INTO chunks (document_id, page, start, "end", heading, text)'
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                ((document_id, c.page, c.start, c.end, c.heading, c.text) for c in chunks),
+            )
+            # AUTOINCREMENT ids grow in insertion order, so this is the order of ``chunks``.
+            chunk_ids = [
+                int(row[0])
+                for row in db.execute(
+                    "SELECT id FROM chunks WHERE document_id = ? ORDER BY id", [document_id]
                 )
-                chunk_ids.append(int(cursor.lastrowid or 0))
+            ]
             db.execute(
                 "UPDATE documents SET title = ?, page_count = ?, chunk_count = ?, updated_at = ?"
                 " WHERE id = ?",

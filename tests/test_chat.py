@@ -110,3 +110,23 @@ def test_a_looping_answer_is_cut_at_the_repetition(tmp_path: Path) -> None:
     assert isinstance(done, DoneEvent)
     assert done.message.content.count("Leave is 28 days") == 1
     assert "x" not in done.message.content
+
+
+def test_answers_belong_to_their_question_whatever_the_order(tmp_path: Path) -> None:
+    generator = FakeGenerator()
+    generator.enqueue(["First answer."])
+    generator.enqueue(["Second answer."])
+    chat = service(make_kit(tmp_path), generator)
+    conversation, first = chat.ask("How many days of leave?", None)
+    _, second = chat.ask("Is it paid leave?", conversation.id)  # sent before the first streamed
+
+    async def stream(question):  # type: ignore[no-untyped-def]
+        return [event async for event in chat.answer(question)][-1]
+
+    second_done = asyncio.run(stream(second))
+    first_done = asyncio.run(stream(first))
+    assert second_done.message.reply_to == second.id
+    assert first_done.message.reply_to == first.id
+    replay = asyncio.run(stream(first))  # a reconnect gets the stored answer, no new one
+    assert replay.message.id == first_done.message.id
+    assert len(generator.history) == 2

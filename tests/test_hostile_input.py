@@ -93,3 +93,8 @@ def test_out_of_range_conversation_ids_in_bodies(client: TestClient[Any]) -> Non
         client.post("/ui/ask", data={"message": "hi", "conversation_id": HUGE}).status_code == 404
     )
     assert client.post("/ui/ask", data={"message": "hi", "conversation_id": "x"}).status_code == 404
+
+
+def test_unicode_digits_in_form_ids_are_not_ids(client: TestClient[Any]) -> None:
+    response = client.post("/ui/ask", data={"message": "hi", "conversation_id": "²"})
+    assert response.status_code == 404

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +31,8 @@ from app.schemas import (
 )
 from app.services import Models, Services
 from retrieval.store import DocumentGone
+
+log = logging.getLogger(__name__)
 
 
 class DocumentsApi(Controller):
@@ -92,9 +95,7 @@ class ChatApi(Controller):
     async def chat(self, data: ChatIn, models: Models) -> ServerSentEvent:
         """Server-sent events: ``token`` events carry text, ``done`` the stored answer
         with its citations, ``error`` a problem found after streaming began."""
-        _, question = await asyncio.to_thread(
-            models.chat.ask, clean_question(data.message), data.conversation_id
-        )
+        _, question = await asyncio.to_thread(models.chat.ask, data.message, data.conversation_id)
         return ServerSentEvent(json_events(models.chat, question))
 
 
@@ -110,6 +111,12 @@ async def json_events(
     except AppError as exc:
         yield ServerSentEventMessage(
             data=_json({"status": exc.status, "detail": exc.detail}), event="error"
+        )
+    except Exception:  # the response has started: report in-band, never just hang up
+        log.exception("answer stream failed")
+        yield ServerSentEventMessage(
+            data=_json({"status": 500, "detail": "the answer failed; see the server log"}),
+            event="error",
         )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -24,17 +26,22 @@ from app.schemas import MAX_ROW_ID, RowId
 from app.services import Models, Services
 from retrieval.store import DocumentGone
 
+log = logging.getLogger(__name__)
+
 
 class AskForm(Struct):
     message: str = ""
     conversation_id: str = ""
 
 
+_ROW_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() accepts '²'
+
+
 def form_row_id(raw: str) -> int | None:
     """An optional id from a form field: empty is None, anything else must name a row."""
     if not raw:
         return None
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_ROW_ID:
+    if not _ROW_ID.fullmatch(raw) or not 1 <= int(raw) <= MAX_ROW_ID:
         raise NotFound("no such conversation")
     return int(raw)
 
@@ -214,5 +221,11 @@ async def html_events(
     except AppError as exc:
         html = templates.get_template("_error.html").render(
             status=exc.status, title=exc.title, detail=exc.detail
+        )
+        yield ServerSentEventMessage(data=html, event="done")
+    except Exception:  # the response has started: say so in the page, never just hang up
+        log.exception("answer stream failed")
+        html = templates.get_template("_error.html").render(
+            status=500, title="Server error", detail="the answer failed; see the server log"
         )
         yield ServerSentEventMessage(data=html, event="done")
