@@ -40,7 +40,6 @@ def _add_security_headers(response: Response[Any]) -> Response[Any]:
 
 def _configure_templates(engine: JinjaTemplateEngine) -> None:
     engine.engine.globals["render_answer"] = render_answer
-    engine.engine.filters["render_answer"] = render_answer
 
 
 def create_app(settings: Settings | None = None) -> Litestar:

@@ -137,6 +137,9 @@ def load_models(services: Services) -> None:
                 temperature=settings.temperature,
             ),
         )
+        requeued = services.store.requeue_without_vectors(embedder.model_id)
+        if requeued:
+            log.info("re-embedding %d documents with %s", requeued, embedder.model_id)
         services.library.attach_worker(worker)
         services.models = Models(embedder, generator, retriever, chat, worker)
         # Only the very first start gets the samples: deleting them is respected. Submitting

@@ -6,6 +6,7 @@ backend that keeps its KV cache (llama.cpp does) only prefills the new part.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
@@ -62,7 +63,20 @@ def format_sources(sources: Sequence[Source]) -> str:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    return " ".join(inert(text).split())
+
+
+# Strings that tokenizers turn into control tokens: <|im_start|>, <end_of_turn>, </s>, [INST].
+_CONTROL_TOKEN = re.compile(r"<(/?\|?[A-Za-z_][\w|.-]{0,40})>|\[(/?INST)\]")
+
+
+def inert(text: str) -> str:
+    """Untrusted text (documents, questions, earlier answers) made unable to forge control
+    tokens: llama.cpp parses special tokens in prompts, so ``<end_of_turn>`` in a document
+    would otherwise end the model's turn."""
+    return _CONTROL_TOKEN.sub(
+        lambda m: f"‹{m.group(1)}›" if m.group(1) is not None else f"⟦{m.group(2)}⟧", text
+    )
 
 
 class CompletionFormat:
@@ -111,10 +125,11 @@ class ChatTemplateFormat:
     def render(self, history: Sequence[Turn], sources: Sequence[Source], question: str) -> str:
         messages: list[dict[str, str]] = [{"role": "system", "content": INSTRUCTIONS}]
         for turn in history:
-            messages.append({"role": "user", "content": turn.question})
-            messages.append({"role": "assistant", "content": turn.answer})
+            messages.append({"role": "user", "content": inert(turn.question)})
+            messages.append({"role": "assistant", "content": inert(turn.answer)})
         listed = format_sources(sources) if sources else "(no relevant sources found)"
-        messages.append({"role": "user", "content": f"Sources:\n{listed}\n\nQuestion: {question}"})
+        turn_text = f"Sources:\n{listed}\n\nQuestion: {inert(question)}"
+        messages.append({"role": "user", "content": turn_text})
         return str(self._formatter(messages=cast(Any, messages)).prompt)
 
 

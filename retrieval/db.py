@@ -23,9 +23,10 @@ class Database:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._write_lock = threading.Lock()
         self._writer = self._connect()
+        self._writer_db = sqlite_utils.Database(self._writer)
         self._readers = threading.local()
         with self._write_lock:
-            apply_migrations(sqlite_utils.Database(self._writer))
+            apply_migrations(self._writer_db)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
@@ -40,7 +41,7 @@ class Database:
     def write(self) -> Iterator[sqlite_utils.Database]:
         """A transaction on the single writer connection; commits on success."""
         with self._write_lock, self._writer:
-            yield sqlite_utils.Database(self._writer)
+            yield self._writer_db
 
     def read(self) -> sqlite_utils.Database:
         """This thread's reader connection (SQLite connections are not shared across threads)."""

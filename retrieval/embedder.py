@@ -7,7 +7,7 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +17,6 @@ Vectors = npt.NDArray[np.float32]
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
-@runtime_checkable
 class Embedder(Protocol):
     """Embeds texts into L2-normalised float32 rows, so inner product is cosine."""
 

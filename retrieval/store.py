@@ -138,6 +138,23 @@ class DocumentStore:
         rows = self.db.read().query(f"SELECT * FROM documents {where} ORDER BY id DESC", params)  # noqa: S608
         return [DocumentRecord.from_row(row) for row in rows]
 
+    def requeue_without_vectors(self, model_id: str) -> int:
+        """Send indexed documents that lack vectors from ``model_id`` back to the queue.
+
+        After the embedding model changes, every document is re-embedded with the new one
+        instead of silently dropping out of search.
+        """
+        with self.db.write() as db:
+            cursor = db.execute(
+                """UPDATE documents SET status = ?, updated_at = ?
+                   WHERE status = ? AND EXISTS (
+                       SELECT 1 FROM chunks c
+                       LEFT JOIN embeddings e ON e.chunk_id = c.id AND e.model_id = ?
+                       WHERE c.document_id = documents.id AND e.chunk_id IS NULL)""",
+                [DocumentStatus.QUEUED.value, time.time(), DocumentStatus.INDEXED.value, model_id],
+            )
+        return int(cursor.rowcount)
+
     def unfinished_documents(self) -> list[int]:
         terminal = (DocumentStatus.INDEXED.value, DocumentStatus.FAILED.value)
         rows = self.db.read().query(

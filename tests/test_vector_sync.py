@@ -76,3 +76,21 @@ def test_in_sync_index_loads_without_changes(tmp_path: Path) -> None:
     index.save(kit.index_dir)
     _, report = kit.open_index()
     assert report.loaded_from_disk and not report.changed
+
+
+def test_changing_the_embedding_model_re_embeds_every_document(tmp_path: Path) -> None:
+    from retrieval.embedder import HashingEmbedder
+    from retrieval.types import DocumentStatus
+
+    kit = make_kit(tmp_path)
+    ingest_all(kit)
+    kit.embedder = HashingEmbedder(dimension=128)  # a different model id and dimension
+    assert kit.store.requeue_without_vectors(kit.embedder.model_id) == len(DOCS)
+    index, report = kit.open_index()
+    assert report.reason is not None and "hashing-256" in report.reason
+    worker = kit.worker(index)
+    for document in kit.store.list_documents():
+        assert document.status is DocumentStatus.QUEUED
+        worker.ingest(document.id)
+    assert index.count == len(DOCS)
+    assert kit.store.requeue_without_vectors(kit.embedder.model_id) == 0
