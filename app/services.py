@@ -31,6 +31,7 @@ from retrieval.embedder import (
 )
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
+from retrieval.parsers.isolated import IsolatedParser
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
 from retrieval.uploads import UploadFiles
@@ -56,6 +57,7 @@ class Services:
     library: Library
     conversations: Conversations
     collection_id: int
+    parser: IsolatedParser
     models: Models | None = None
     load_error: str | None = None
     _loaded: threading.Event = field(default_factory=threading.Event)
@@ -97,6 +99,9 @@ def open_services(settings: Settings) -> Services:
         library=Library(store, UploadFiles(settings.uploads_dir)),
         conversations=Conversations(db),
         collection_id=store.ensure_collection(),
+        parser=IsolatedParser(
+            timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_mb << 20
+        ),
     )
 
 
@@ -124,6 +129,7 @@ def load_models(services: Services) -> None:
                 chunk_overlap_tokens=settings.chunk_overlap_tokens,
                 checkpoint_seconds=settings.index_checkpoint_seconds,
             ),
+            parse=services.parser.parse,
         )
         retriever = Retriever(embedder, index, services.store)
         chat = ChatService(
@@ -204,3 +210,4 @@ def _shutdown(services: Services, loader: threading.Thread) -> None:
     stopped = services.models.worker.stop() if services.models is not None else True
     if stopped:  # never pull the database from under a worker that is still writing
         services.db.close()
+    services.parser.close()

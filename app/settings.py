@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     chunk_overlap_tokens: int = Field(
         40, ge=0, le=512, description="Tokens repeated between neighbouring chunks."
     )
+    parse_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="Time budget to parse one document; then it fails."
+    )
+    parse_memory_mb: int = Field(
+        2048, ge=256, description="Memory cap of the parser process (bombs fail, not the server)."
+    )
     top_k: int = Field(4, ge=1, le=50, description="Sources retrieved for each question.")
     min_score: float = Field(
         0.25,

@@ -24,6 +24,7 @@ from retrieval.db import Database
 from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
 from retrieval.ingest import IngestConfig, IngestWorker, embedding_text
 from retrieval.library import Library
+from retrieval.parsers.isolated import IsolatedParser
 from retrieval.store import DocumentStore
 from retrieval.types import ChunkSpan
 from retrieval.uploads import UploadFiles
@@ -47,6 +48,7 @@ def main() -> None:
         store = DocumentStore(Database(root / "ragdesk.db"))
         library = Library(store, UploadFiles(root / "uploads"))
         collection = store.ensure_collection()
+        parser = IsolatedParser()
         index, _ = open_index(
             root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
         )
@@ -57,6 +59,7 @@ def main() -> None:
             index,
             root / "index",
             IngestConfig(checkpoint_seconds=3600),
+            parse=parser.parse,  # as in production: parsing in a child process
         )
         library.attach_worker(worker)
         started = time.perf_counter()
@@ -71,6 +74,7 @@ def main() -> None:
         worker.checkpoint()
         end_to_end_s = time.perf_counter() - started
         worker.stop()
+        parser.close()
         texts = _embedded_texts(store)
 
     started = time.perf_counter()

@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,12 @@ from retrieval.embedder import Embedder, Vectors
 from retrieval.index import FaissIndex
 from retrieval.parsers import ParseError, parse_document
 from retrieval.store import DocumentGone, DocumentStore
-from retrieval.types import ChunkSpan, DocumentStatus
+from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.uploads import UploadFiles
 
 log = logging.getLogger(__name__)
+
+Parse = Callable[[bytes, DocumentKind, str], ParsedDocument]
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class IngestWorker:
         index: FaissIndex,
         index_dir: Path,
         config: IngestConfig,
+        parse: Parse = parse_document,
     ):
         self.store = store
         self.files = files
@@ -64,6 +68,7 @@ class IngestWorker:
         self.index = index
         self.index_dir = index_dir
         self.config = config
+        self.parse = parse  # production passes IsolatedParser.parse: a child process
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._dirty = threading.Event()
         self._last_checkpoint = time.monotonic()
@@ -185,7 +190,7 @@ class IngestWorker:
             self.store.set_status(document_id, DocumentStatus.PARSING)
             try:
                 data = self.files.read(document.stored_name)
-                parsed = parse_document(data, document.kind, document.filename)
+                parsed = self.parse(data, document.kind, document.filename)
             except ParseError as exc:
                 self._fail(document_id, exc.reason)
                 return None
