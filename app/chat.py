@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -47,6 +47,13 @@ class DoneEvent:
 
 
 ChatEvent = TokenEvent | DoneEvent
+
+
+@dataclass
+class _Left:
+    """What had been said when the client left mid-answer (None: it did not leave)."""
+
+    partial: str | None = None
 
 
 def clean_question(raw: str) -> str:
@@ -95,13 +102,35 @@ class ChatService:
                 yield DoneEvent(existing)
             return
         self._answering.add(question.id)
+        left = _Left()
         try:
-            async for event in self._generate(question):
-                yield event
+            # aclosing: the inner generator records what was said before we look below.
+            async with aclosing(self._generate(question, left)) as events:
+                async for event in events:
+                    yield event
         finally:
-            self._answering.discard(question.id)
+            if left.partial is None:
+                self._answering.discard(question.id)
+            else:  # the client left: keep what was said, marked as cut short
+                self._save_stopped(question, left.partial)
 
-    async def _generate(self, question: Message) -> AsyncIterator[ChatEvent]:
+    def _save_stopped(self, question: Message, partial: str) -> None:
+        """Store a cut-short answer without awaiting (a closing generator must not wait for
+        the database); the question counts as being answered until it is stored, so a
+        reconnect in between cannot start a second generation."""
+        text = f"{partial} …(stopped)" if partial else "(stopped)"
+        future = asyncio.get_running_loop().run_in_executor(
+            None, self.conversations.add_answer, question, text
+        )
+
+        def stored(done: asyncio.Future[Message]) -> None:
+            self._answering.discard(question.id)
+            if not done.cancelled() and done.exception() is not None:
+                log.error("could not store a stopped answer", exc_info=done.exception())
+
+        future.add_done_callback(stored)
+
+    async def _generate(self, question: Message, left: _Left) -> AsyncGenerator[ChatEvent, None]:
         hits = await asyncio.to_thread(
             lambda: (
                 self.retriever.search(
@@ -133,14 +162,9 @@ class ChatService:
                     yield TokenEvent(token)
             finished = True
         finally:
-            if not finished:  # the client left: keep what was said, marked as cut short
+            if not finished:
                 cancel.set()
-                partial = guard.text.strip()
-                stopped = f"{partial} …(stopped)" if partial else "(stopped)"
-                # Not awaited: a generator being closed must not wait for the database.
-                asyncio.get_running_loop().run_in_executor(
-                    None, self.conversations.add_answer, question, stopped
-                )
+                left.partial = guard.text.strip()
         answer = attribute(guard.text.strip(), prompt.sources)
         numbers = cited_numbers(answer, len(prompt.sources))
         citations = tuple(_citation(n, hits[n - 1]) for n in numbers)

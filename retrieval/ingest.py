@@ -71,6 +71,7 @@ class IngestWorker:
         self.parse = parse  # production passes IsolatedParser.parse: a child process
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._dirty = threading.Event()
+        self._stopping = threading.Event()
         self._last_checkpoint = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="ragdesk-ingest", daemon=True)
 
@@ -94,8 +95,12 @@ class IngestWorker:
         return self._thread.is_alive()
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """Finish the current batch, checkpoint, stop; False if that took longer than timeout."""
-        self._queue.put(None)
+        """Finish the current batch, checkpoint, stop; False if that took longer than timeout.
+
+        Documents still queued stay ``queued`` in SQLite and resume on the next start.
+        """
+        self._stopping.set()
+        self._queue.put(None)  # wakes a worker waiting for work
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("ingestion still busy after %.0fs; SQLite has its work", timeout)
@@ -109,44 +114,41 @@ class IngestWorker:
         try:
             self.index.save(self.index_dir)
             self._last_checkpoint = time.monotonic()
-        except OSError:  # disk full, permissions: SQLite has everything, try again later
+        except Exception:  # disk full, permissions: SQLite has everything, try again later
             self._dirty.set()
             log.exception("could not checkpoint the vector index; will retry")
 
     def _run(self) -> None:
-        stopping = False
-        while not stopping:
+        while not self._stopping.is_set():
             try:
                 first = self._queue.get(timeout=self.config.checkpoint_seconds or None)
             except queue.Empty:
                 self.checkpoint()  # quiet period: persist what was added
                 continue
-            batch, stopping = self._drain(first)
+            batch = self._drain(first)
             try:
                 self.ingest_many(batch)
             except Exception:  # keep the worker alive whatever a batch does
                 log.exception("ingestion of documents %s failed unexpectedly", batch)
-                for document_id in batch:
-                    self._fail(document_id, "internal error while ingesting; see the server log")
             overdue = time.monotonic() - self._last_checkpoint > self.config.max_checkpoint_interval
-            if stopping or overdue or not self.config.checkpoint_seconds:
+            if overdue or not self.config.checkpoint_seconds:
                 self.checkpoint()
+        self.checkpoint()
 
-    def _drain(self, first: int | None) -> tuple[list[int], bool]:
+    def _drain(self, first: int | None) -> list[int]:
         """The first id plus whatever else is already queued, up to a batch."""
         batch: list[int] = []
         item = first
-        while True:
-            if item is None:
-                return batch, True
+        while item is not None and not self._stopping.is_set():
             if item not in batch:
                 batch.append(item)
             if len(batch) >= self.config.max_batch_documents:
-                return batch, False
+                break
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
-                return batch, False
+                break
+        return batch
 
     def ingest(self, document_id: int) -> None:
         self.ingest_many([document_id])
@@ -158,19 +160,37 @@ class IngestWorker:
         uploads run at the embedder's own speed instead of paying for ragged batches.
         """
         prepared = [p for p in map(self._prepare_safely, document_ids) if p is not None]
-        # One call for all: the embedder sorts by length and fills whole batches.
-        vectors = self.embedder.embed_batch([text for p in prepared for text in p.texts])
+        try:
+            # One call for all: the embedder sorts by length and fills whole batches.
+            vectors = self.embedder.embed_batch([text for p in prepared for text in p.texts])
+        except Exception:
+            log.exception("embedding %d documents together failed; one by one", len(prepared))
+            for item in prepared:
+                self._embed_and_index_alone(item)
+            return
         offset = 0
         for item in prepared:
             item_vectors = vectors[offset : offset + len(item.chunk_ids)]
             offset += len(item.chunk_ids)
-            try:
-                self._index(item, item_vectors)
-            except DocumentGone:
-                log.info("document %s was deleted during ingestion", item.document_id)
-            except Exception:  # one document's failure must not touch the others
-                log.exception("indexing document %s failed", item.document_id)
-                self._fail(item.document_id, "internal error while indexing; see the server log")
+            self._index_safely(item, item_vectors)
+
+    def _embed_and_index_alone(self, item: _Prepared) -> None:
+        try:
+            vectors = self.embedder.embed_batch(item.texts)
+        except Exception:
+            log.exception("embedding document %s failed", item.document_id)
+            self._fail(item.document_id, "internal error while embedding; see the server log")
+            return
+        self._index_safely(item, vectors)
+
+    def _index_safely(self, item: _Prepared, vectors: Vectors) -> None:
+        try:
+            self._index(item, vectors)
+        except DocumentGone:
+            log.info("document %s was deleted during ingestion", item.document_id)
+        except Exception:  # one document's failure must not touch the others
+            log.exception("indexing document %s failed", item.document_id)
+            self._fail(item.document_id, "internal error while indexing; see the server log")
 
     def _prepare_safely(self, document_id: int) -> _Prepared | None:
         try:

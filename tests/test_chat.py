@@ -130,3 +130,22 @@ def test_answers_belong_to_their_question_whatever_the_order(tmp_path: Path) -> 
     replay = asyncio.run(stream(first))  # a reconnect gets the stored answer, no new one
     assert replay.message.id == first_done.message.id
     assert len(generator.history) == 2
+
+
+def test_a_reconnect_right_after_leaving_does_not_generate_again(tmp_path: Path) -> None:
+    generator = FakeGenerator(token_delay_s=0.02)
+    generator.enqueue([f"w{i} " for i in range(100)])
+    chat = service(make_kit(tmp_path), generator)
+
+    async def leave_then_reconnect() -> list[object]:
+        _, message = chat.ask("How many days of leave?", None)
+        stream = chat.answer(message)
+        await anext(stream)
+        await stream.aclose()  # the stopped answer is being stored in the background
+        return [event async for event in chat.answer(message)]  # an immediate reconnect
+
+    asyncio.run(leave_then_reconnect())
+    time.sleep(0.2)
+    assert len(generator.history) == 1
+    answers = [m for m in chat.conversations.messages(1) if m.role == "assistant"]
+    assert len(answers) == 1 and answers[0].content.endswith("(stopped)")

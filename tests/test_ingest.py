@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,7 +157,7 @@ def test_a_failed_checkpoint_is_retried_and_the_worker_survives(tmp_path: Path) 
     def flaky_save(directory):  # type: ignore[no-untyped-def]
         attempts.append(1)
         if len(attempts) == 1:
-            raise OSError(28, "No space left on device")
+            raise RuntimeError("FAISS could not serialise")
         return save(directory)
 
     index.save = flaky_save  # type: ignore[method-assign]
@@ -173,3 +174,40 @@ def test_a_failed_checkpoint_is_retried_and_the_worker_survives(tmp_path: Path) 
         assert worker.stop()
     reopened, report = kit.open_index()
     assert report.loaded_from_disk and reopened.count == index.count
+
+
+def test_stop_does_not_wait_for_the_backlog(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    ids = [
+        kit.library.submit(data=f"doc {i} text".encode(), filename=f"{i}.txt", collection_id=1)[
+            0
+        ].id
+        for i in range(300)
+    ]
+    kit.library.attach_worker(worker)
+    time.sleep(0.05)
+    assert worker.stop(timeout=10)
+    statuses = {kit.store.get_document(i).status for i in ids}  # type: ignore[union-attr]
+    assert DocumentStatus.QUEUED in statuses  # the rest waits in SQLite for the next start
+    assert not worker.alive
+
+
+def test_one_bad_batch_embedding_falls_back_to_one_by_one(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    good, _ = kit.library.submit(data=TEXT, filename="a.md", collection_id=1)
+    poison, _ = kit.library.submit(data=b"poison words here", filename="p.txt", collection_id=1)
+    embed = kit.embedder.embed_batch
+
+    def embed_unless_poisoned(texts):  # type: ignore[no-untyped-def]
+        if any("poison" in text for text in texts):
+            raise RuntimeError("CUDA out of memory")
+        return embed(texts)
+
+    kit.embedder.embed_batch = embed_unless_poisoned  # type: ignore[method-assign]
+    worker.ingest_many([good.id, poison.id])
+    assert kit.store.get_document(good.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
+    assert kit.store.get_document(poison.id).status is DocumentStatus.FAILED  # type: ignore[union-attr]
