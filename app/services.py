@@ -64,7 +64,7 @@ class Services:
 
     @property
     def ready(self) -> bool:
-        return self.models is not None and self.models.worker.alive
+        return self.models is not None and self.problem is None
 
     @property
     def problem(self) -> str | None:
@@ -73,7 +73,7 @@ class Services:
             return f"the models failed to load: {self.load_error}"
         if self.models is not None and not self.models.worker.alive:
             return "the ingestion worker has stopped; see the server log"
-        return None
+        return self.parser.problem
 
     def require_models(self) -> Models:
         if self.models is None:

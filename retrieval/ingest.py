@@ -22,6 +22,7 @@ from retrieval.chunking import chunk_page
 from retrieval.embedder import Embedder, Vectors
 from retrieval.index import FaissIndex
 from retrieval.parsers import ParseError, parse_document
+from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.store import DocumentGone, DocumentStore
 from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.uploads import UploadFiles
@@ -216,6 +217,10 @@ class IngestWorker:
                 return None
             except FileNotFoundError:
                 self._fail(document_id, "the uploaded file is missing from disk")
+                return None
+            except ParserUnavailable:  # not the file's fault: it waits for the next start
+                log.warning("parser unavailable; document %s stays queued", document_id)
+                self.store.set_status(document_id, DocumentStatus.QUEUED)
                 return None
             chunks = [
                 span

@@ -58,3 +58,83 @@ def test_memory_cap_turns_a_blow_up_into_a_failure() -> None:
         assert tiny.parse(b"small", DocumentKind.TEXT, "small.txt").pages
     finally:
         tiny.close()
+
+
+def test_a_child_that_cannot_start_makes_the_parser_unavailable_not_the_file_bad(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from retrieval.parsers.isolated import ParserUnavailable
+
+    monkeypatch.setattr("sys.executable", "/bin/false")  # a broken installation
+    starved = IsolatedParser(timeout_s=10)
+    try:
+        with pytest.raises(ParserUnavailable):
+            starved.parse(b"fine text", DocumentKind.TEXT, "fine.txt")
+        assert starved.problem is not None and "does not start" in starved.problem
+    finally:
+        starved.close()
+
+
+def test_close_is_immediate_even_during_a_long_parse() -> None:
+    import threading
+    import time
+
+    from retrieval.parsers.isolated import ParserUnavailable
+
+    parser = IsolatedParser(timeout_s=60)
+    outcome: list[BaseException] = []
+
+    def parse_big() -> None:
+        try:
+            parser.parse(b"word " * (16 << 20), DocumentKind.TEXT, "big.txt")
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=parse_big)
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    parser.close()
+    thread.join(10)
+    assert time.monotonic() - started < 2
+    assert outcome and isinstance(outcome[0], ParserUnavailable)
+    with pytest.raises(ParserUnavailable):
+        parser.parse(b"after close", DocumentKind.TEXT, "x.txt")
+
+
+def test_the_child_dies_with_the_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import sys\n"
+        "from retrieval.parsers.isolated import IsolatedParser\n"
+        "from retrieval.types import DocumentKind\n"
+        "p = IsolatedParser(timeout_s=600)\n"
+        "p.parse(b'warm up', DocumentKind.TEXT, 'a.txt')\n"
+        "print(p._child.pid, flush=True)\n"
+        "p.parse(b'word ' * (16 << 20), DocumentKind.TEXT, 'big.txt')\n"
+    )
+    server = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        cwd=os.getcwd(),
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert server.stdout is not None
+    child_pid = int(server.stdout.readline())
+    time.sleep(0.3)  # the child is busy parsing
+    server.send_signal(signal.SIGKILL)
+    server.wait()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    pytest.fail("the parser child outlived the server")

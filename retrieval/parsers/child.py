@@ -2,31 +2,59 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import resource
+import signal
 import sys
 from typing import IO
 
 from retrieval.parsers import ParseError, parse_document
-from retrieval.parsers.isolated import _LENGTH, encode
+from retrieval.parsers.isolated import _LENGTH, MAX_TEXT_CHARS, READY, encode
 from retrieval.types import DocumentKind
 
+_PR_SET_PDEATHSIG = 1
 
-def serve(memory_bytes: int) -> None:
+
+def serve(memory_bytes: int, cpu_seconds: int) -> None:
+    _die_with_parent()
     # A cap on the address space turns a decompression bomb into a MemoryError here.
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    _write(stdout, READY)  # imports done: the parent knows the child can work
     while (header := _read_frame(stdin)) is not None:
         data = _read_frame(stdin) or b""
+        _limit_cpu(cpu_seconds)  # a spinning parse is killed even if nobody is watching
         request = json.loads(header)
         try:
             document = parse_document(data, DocumentKind(request["kind"]), request["filename"])
+            if sum(len(b.text) for page in document.pages for b in page.blocks) > MAX_TEXT_CHARS:
+                raise ParseError(f"the document holds more than {MAX_TEXT_CHARS:,} characters")
             reply = encode(document)
         except ParseError as exc:
             reply = {"error": exc.reason}
-        payload = json.dumps(reply).encode()
-        stdout.write(_LENGTH.pack(len(payload)) + payload)
-        stdout.flush()
+        _write(stdout, json.dumps(reply).encode())
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process if the server dies, even mid-parse."""
+    # Not Linux: no prctl; the closed stdin pipe ends the child once it reads again.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _limit_cpu(seconds: int) -> None:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = int(usage.ru_utime + usage.ru_stime) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = used + seconds
+    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard < 0 else min(soft, hard), hard))
+
+
+def _write(stream: IO[bytes], payload: bytes) -> None:
+    stream.write(_LENGTH.pack(len(payload)) + payload)
+    stream.flush()
 
 
 def _read_frame(stream: IO[bytes]) -> bytes | None:
@@ -38,4 +66,4 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), int(sys.argv[2]))
