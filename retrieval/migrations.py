@@ -137,6 +137,15 @@ def m003_flags(db: sqlite_utils.Database) -> None:
 def m004_message_replies(db: sqlite_utils.Database) -> None:
     """An answer names the question it answers, so a late or repeated stream finds its own."""
     db.execute("ALTER TABLE messages ADD COLUMN reply_to INTEGER REFERENCES messages(id)")
+    # Earlier answers: each belongs to the nearest unanswered question before it.
+    pending: dict[int, int] = {}  # conversation -> its latest unanswered question
+    for message_id, conversation_id, role in db.execute(
+        "SELECT id, conversation_id, role FROM messages ORDER BY id"
+    ).fetchall():
+        if role == "user":
+            pending[conversation_id] = message_id
+        elif (question := pending.pop(conversation_id, None)) is not None:
+            db.execute("UPDATE messages SET reply_to = ? WHERE id = ?", [question, message_id])
     db.execute(
         "CREATE UNIQUE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL"
     )

@@ -47,3 +47,23 @@ def test_readers_use_their_own_connection_per_thread(tmp_path: Path) -> None:
     with db.write() as writer:
         writer.execute("INSERT INTO collections (name, created_at) VALUES ('x', 0)")
     assert seen[0].execute("SELECT COUNT(*) FROM collections").fetchone()[0] == 1
+
+
+def test_m004_links_existing_answers_to_their_questions(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "old.db")
+    db = sqlite_utils.Database(conn)
+    before = [fn for fn in MIGRATIONS if fn.__name__ < "m004"]
+    apply_migrations(db, before)
+    conn.execute(
+        "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (1, 't', 0, 0)"
+    )
+    rows = [(1, "user"), (2, "assistant"), (3, "user"), (4, "user"), (5, "assistant")]
+    conn.executemany(
+        "INSERT INTO messages (id, conversation_id, role, content, created_at)"
+        " VALUES (?, 1, ?, '', 0)",
+        rows,
+    )
+    conn.commit()
+    apply_migrations(db)
+    links = dict(conn.execute("SELECT id, reply_to FROM messages ORDER BY id").fetchall())
+    assert links == {1: None, 2: 1, 3: None, 4: None, 5: 4}
