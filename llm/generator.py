@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from llm.inert import Neutralizer
 from llm.prompt import ChatTemplateFormat, CompletionFormat, PromptFormat
 
 
@@ -96,13 +97,28 @@ class LlamaGenerator:
 
 
 def _prompt_format_for(llama: Any) -> PromptFormat:
+    model = llama._model  # the vocabulary has no public accessor
+    inert = Neutralizer(_control_tokens(model))
     template = llama.metadata.get("tokenizer.chat_template")
     if not template:
-        return CompletionFormat()
-    vocab_token = llama._model.token_get_text
+        return CompletionFormat(inert)
     return ChatTemplateFormat(
-        template, bos_token=vocab_token(llama.token_bos()), eos_token=vocab_token(llama.token_eos())
+        template,
+        bos_token=model.token_get_text(llama.token_bos()),
+        eos_token=model.token_get_text(llama.token_eos()),
+        inert=inert,
     )
+
+
+def _control_tokens(model: Any) -> list[str]:
+    """The texts of the vocabulary's control tokens (Gemma 3 has ~6,000: 0.1 s to list)."""
+    from llama_cpp import LLAMA_TOKEN_ATTR_CONTROL
+
+    return [
+        model.token_get_text(token)
+        for token in range(model.n_vocab())
+        if model.token_get_attr(token) & LLAMA_TOKEN_ATTR_CONTROL
+    ]
 
 
 _SOURCE_LINE = re.compile(r"^\[1\] [^\n]*?\(page \d+\): ([^\n]+)$", re.MULTILINE)

@@ -6,10 +6,11 @@ backend that keeps its KV cache (llama.cpp does) only prefills the new part.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
+
+from llm.inert import Neutralizer
 
 TokenCount = Callable[[str], int]
 
@@ -56,33 +57,25 @@ class PromptFormat(Protocol):
     def stop(self) -> tuple[str, ...]: ...
 
 
-def format_sources(sources: Sequence[Source]) -> str:
+def format_sources(sources: Sequence[Source], inert: Neutralizer) -> str:
+    """Numbered sources, one per line; untrusted text is flattened and neutralised."""
     return "\n".join(
-        f"[{s.number}] {_one_line(s.title)} (page {s.page}): {_one_line(s.text)}" for s in sources
+        f"[{s.number}] {_one_line(s.title, inert)} (page {s.page}): {_one_line(s.text, inert)}"
+        for s in sources
     )
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: str, inert: Neutralizer) -> str:
     return " ".join(inert(text).split())
-
-
-# Strings that tokenizers turn into control tokens: <|im_start|>, <end_of_turn>, </s>, [INST].
-_CONTROL_TOKEN = re.compile(r"<(/?\|?[A-Za-z_][\w|.-]{0,40})>|\[(/?INST)\]")
-
-
-def inert(text: str) -> str:
-    """Untrusted text (documents, questions, earlier answers) made unable to forge control
-    tokens: llama.cpp parses special tokens in prompts, so ``<end_of_turn>`` in a document
-    would otherwise end the model's turn."""
-    return _CONTROL_TOKEN.sub(
-        lambda m: f"‹{m.group(1)}›" if m.group(1) is not None else f"⟦{m.group(2)}⟧", text
-    )
 
 
 class CompletionFormat:
     """Plain-text layout for base models that have no chat template."""
 
     stop = ("\nQuestion:", "\nSources:", "\n[", "\nEarlier in this conversation:")
+
+    def __init__(self, inert: Neutralizer | None = None):
+        self.inert = inert or Neutralizer()
 
     def render(self, history: Sequence[Turn], sources: Sequence[Source], question: str) -> str:
         parts = [
@@ -96,27 +89,29 @@ class CompletionFormat:
             parts.append("Earlier in this conversation:")
             for turn in history:
                 parts += [
-                    f"Question: {_one_line(turn.question)}",
-                    f"Answer: {_one_line(turn.answer)}",
+                    f"Question: {_one_line(turn.question, self.inert)}",
+                    f"Answer: {_one_line(turn.answer, self.inert)}",
                 ]
             parts.append("")
         parts.append(self._turn(sources, question))
         return "\n".join(parts)
 
-    @staticmethod
-    def _turn(sources: Sequence[Source], question: str) -> str:
-        listed = format_sources(sources) if sources else "(no relevant sources found)"
-        return f"Sources:\n{listed}\nQuestion: {_one_line(question)}\nAnswer:"
+    def _turn(self, sources: Sequence[Source], question: str) -> str:
+        listed = format_sources(sources, self.inert) if sources else "(no relevant sources found)"
+        return f"Sources:\n{listed}\nQuestion: {_one_line(question, self.inert)}\nAnswer:"
 
 
 class ChatTemplateFormat:
     """The model's own chat template (from its GGUF metadata), rendered with Jinja2."""
 
-    def __init__(self, template: str, *, bos_token: str, eos_token: str):
+    def __init__(
+        self, template: str, *, bos_token: str, eos_token: str, inert: Neutralizer | None = None
+    ):
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         self._formatter = Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token)
         self._eos = eos_token
+        self.inert = inert or Neutralizer()
 
     @property
     def stop(self) -> tuple[str, ...]:
@@ -125,10 +120,10 @@ class ChatTemplateFormat:
     def render(self, history: Sequence[Turn], sources: Sequence[Source], question: str) -> str:
         messages: list[dict[str, str]] = [{"role": "system", "content": INSTRUCTIONS}]
         for turn in history:
-            messages.append({"role": "user", "content": inert(turn.question)})
-            messages.append({"role": "assistant", "content": inert(turn.answer)})
-        listed = format_sources(sources) if sources else "(no relevant sources found)"
-        turn_text = f"Sources:\n{listed}\n\nQuestion: {inert(question)}"
+            messages.append({"role": "user", "content": self.inert(turn.question)})
+            messages.append({"role": "assistant", "content": self.inert(turn.answer)})
+        listed = format_sources(sources, self.inert) if sources else "(no relevant sources found)"
+        turn_text = f"Sources:\n{listed}\n\nQuestion: {self.inert(question)}"
         messages.append({"role": "user", "content": turn_text})
         return str(self._formatter(messages=cast(Any, messages)).prompt)
 
