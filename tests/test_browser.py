@@ -124,3 +124,42 @@ def test_rejected_and_failed_uploads_show_reasons(page: Any, tmp_path: Path) -> 
     page.wait_for_selector(".upload-row[data-status=failed]", timeout=30_000)
     assert "empty" in page.locator(".upload-row[data-status=failed] .reason").inner_text()
     page.screenshot(path=str(SCREENSHOTS / "upload.png"))
+
+
+def test_conversation_reopens_and_a_document_can_be_deleted(
+    page: Any, real_server: ServerProcess
+) -> None:
+    import httpx
+
+    upload = httpx.post(
+        f"{real_server.url}/api/documents",
+        files=[("file", ("canteen.md", b"# Canteen\n\nThe canteen serves soup every Friday."))],
+    )
+    document_id = upload.json()["documents"][0]["id"]
+    page.goto("/")
+    page.wait_for_function(
+        f"() => document.querySelector('#document-{document_id} .status-indexed') !== null",
+        timeout=60_000,
+    )
+    page.fill("#question", "When does the canteen serve soup?")
+    page.keyboard.press("Enter")
+    page.locator("article.msg.assistant:not(.streaming)").last.wait_for(timeout=60_000)
+    conversation_url = page.url
+
+    page.goto("/")  # a new chat, then back to the earlier one from the sidebar
+    page.locator("#conversation-list a", has_text="When does the canteen serve soup?").first.click()
+    page.wait_for_url(conversation_url)
+    assert (
+        page.locator("article.msg.user")
+        .first.inner_text()
+        .endswith("When does the canteen serve soup?")
+    )
+    assert page.locator("article.msg.assistant").count() >= 1
+
+    page.on("dialog", lambda dialog: dialog.accept())  # "Delete this document…?"
+    page.click(f"#document-{document_id} button[aria-label^='Delete']")
+    page.wait_for_selector(f"#document-{document_id}", state="detached")
+    hits = httpx.post(
+        f"{real_server.url}/api/search", json={"query": "canteen soup Friday", "k": 5}
+    ).json()["hits"]
+    assert all(hit["document_id"] != document_id for hit in hits)
