@@ -27,7 +27,7 @@ class Settings(BaseSettings):
         50 * 1024 * 1024, gt=0, description="Largest accepted request body; larger gets 413."
     )
     load_samples: bool = Field(
-        True, description="Index the bundled user guide on the very first start."
+        True, description="Index the bundled user guide and FAQ on the very first start."
     )
 
     # --- retrieval --------------------------------------------------------------------------

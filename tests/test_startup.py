@@ -48,8 +48,12 @@ def test_samples_are_indexed_on_first_start_only(tmp_path: Path) -> None:
     with TestClient(create_app(settings)) as client:
         client.app.state.services.wait_until_loaded(30)
         documents = client.get("/api/documents").json()["documents"]
-        assert [d["filename"] for d in documents] == ["ragdesk-user-guide.md"]
-        client.delete(f"/api/documents/{documents[0]['id']}")
+        assert sorted(d["filename"] for d in documents) == [
+            "ragdesk-faq.html",
+            "ragdesk-user-guide.md",
+        ]
+        for document in documents:
+            client.delete(f"/api/documents/{document['id']}")
     with TestClient(create_app(settings)) as client:
         client.app.state.services.wait_until_loaded(30)
         assert client.get("/api/documents").json()["documents"] == []  # deletion respected
