@@ -77,7 +77,7 @@ class Settings(BaseSettings):
         0, ge=-1, description="Layers offloaded to the GPU (-1 = all; 0 = CPU only)."
     )
     n_threads: int | None = Field(
-        None, ge=1, description="CPU threads for llama.cpp; unset = llama.cpp's default."
+        None, ge=1, description="CPU threads for llama.cpp; unset = every CPU Ragdesk may use."
     )
     max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on generated tokens.")
     temperature: float = Field(0.2, ge=0.0, le=2.0, description="Sampling temperature.")

@@ -3,6 +3,7 @@ in a worker thread and pass a ``cancel`` event that stops it within one token.""
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections import deque
@@ -59,7 +60,9 @@ class LlamaGenerator:
             model_path=str(config.model_path),
             n_ctx=config.n_ctx,
             n_gpu_layers=config.n_gpu_layers,
-            n_threads=config.n_threads,
+            # llama-cpp-python's default is half the CPUs; all of them decode ~20 % faster
+            # on the 2-core machines we measure on (docs/BENCHMARKS.md).
+            n_threads=config.n_threads or _available_cpus(),
             seed=config.seed,
             swa_full=True,
             verbose=False,
@@ -94,6 +97,13 @@ class LlamaGenerator:
                         break
             finally:
                 chunks.close()  # stops llama.cpp decoding at once
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # respects taskset and container CPU sets
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _prompt_format_for(llama: Any) -> PromptFormat:
