@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from litestar.datastructures import State
 
-from app.services import Models, Services
+from app.chat import ChatService
+from app.services import Retrieval, Services
 
 
 def provide_services(state: State) -> Services:
@@ -12,5 +13,9 @@ def provide_services(state: State) -> Services:
     return services
 
 
-def provide_models(state: State) -> Models:
-    return provide_services(state).require_models()
+def provide_retrieval(state: State) -> Retrieval:
+    return provide_services(state).require_retrieval()
+
+
+def provide_chat(state: State) -> ChatService:
+    return provide_services(state).require_chat()

@@ -1,7 +1,9 @@
 """Heavy resources, built in the Litestar lifespan and kept on ``app.state.services``.
 
-SQLite opens at once, so uploads are accepted from the first second; models and the
-vector index load in a background thread, and ``ready`` flips when they are in place.
+SQLite opens at once, so uploads are accepted from the first second. A background thread
+then loads, in two independent steps, the retrieval side (embedder, vector index,
+ingestion) and the chat side (generator): a broken generator setting never stops
+documents from being ingested and searched. ``ready`` flips when both are in place.
 """
 
 from __future__ import annotations
@@ -41,11 +43,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Models:
+class Retrieval:
     embedder: Embedder
-    generator: Generator
     retriever: Retriever
-    chat: ChatService
     worker: IngestWorker
 
 
@@ -58,27 +58,33 @@ class Services:
     conversations: Conversations
     collection_id: int
     parser: IsolatedParser
-    models: Models | None = None
-    load_error: str | None = None
+    retrieval: Retrieval | None = None
+    chat: ChatService | None = None
+    load_errors: list[str] = field(default_factory=list)
     _loaded: threading.Event = field(default_factory=threading.Event)
 
     @property
     def ready(self) -> bool:
-        return self.models is not None and self.problem is None
+        return self.retrieval is not None and self.chat is not None and self.problem is None
 
     @property
     def problem(self) -> str | None:
         """Why the service is not ready, when something went wrong (not just starting)."""
-        if self.load_error:
-            return f"the models failed to load: {self.load_error}"
-        if self.models is not None and not self.models.worker.alive:
+        if self.load_errors:
+            return "; ".join(self.load_errors)
+        if self.retrieval is not None and not self.retrieval.worker.alive:
             return "the ingestion worker has stopped; see the server log"
         return self.parser.problem
 
-    def require_models(self) -> Models:
-        if self.models is None:
+    def require_retrieval(self) -> Retrieval:
+        if self.retrieval is None:
             raise NotReady(self.problem) if self.problem else NotReady()
-        return self.models
+        return self.retrieval
+
+    def require_chat(self) -> ChatService:
+        if self.chat is None:
+            raise NotReady(self.problem) if self.problem else NotReady()
+        return self.chat
 
     def wait_until_loaded(self, timeout: float | None = None) -> bool:
         """Block until model loading has finished, successfully or not."""
@@ -106,58 +112,68 @@ def open_services(settings: Settings) -> Services:
 
 
 def load_models(services: Services) -> None:
-    """Load the embedder, vector index and generator, then start ingestion."""
-    settings = services.settings
+    """Load the retrieval side and start ingestion, then the chat side; each may fail alone."""
     try:
-        embedder = _embedder(settings)
-        index, report = open_index(
-            settings.index_dir,
-            services.store,
-            model_id=embedder.model_id,
-            dimension=embedder.dimension,
-        )
-        log.info("vector index: %d vectors (%s)", index.count, report)
-        generator = _generator(settings)
-        worker = IngestWorker(
-            services.store,
-            services.library.files,
-            embedder,
-            index,
-            settings.index_dir,
-            IngestConfig(
-                chunk_tokens=settings.chunk_tokens,
-                chunk_overlap_tokens=settings.chunk_overlap_tokens,
-                checkpoint_seconds=settings.index_checkpoint_seconds,
-            ),
-            parse=services.parser.parse,
-        )
-        retriever = Retriever(embedder, index, services.store)
-        chat = ChatService(
-            services.conversations,
-            retriever,
-            generator,
-            ChatConfig(
-                top_k=settings.top_k,
-                min_score=settings.min_score,
-                max_answer_tokens=settings.max_answer_tokens,
-                temperature=settings.temperature,
-            ),
-        )
-        requeued = services.store.requeue_without_vectors(embedder.model_id)
-        if requeued:
-            log.info("re-embedding %d documents with %s", requeued, embedder.model_id)
-        services.library.attach_worker(worker)
-        services.models = Models(embedder, generator, retriever, chat, worker)
-        # Only the very first start gets the samples: deleting them is respected. Submitting
-        # twice (a crash before the flag) is harmless: identical content is deduplicated.
-        if settings.load_samples and not services.store.has_flag("samples_loaded"):
-            _submit_samples(services, settings.samples_dir)
-            services.store.set_flag("samples_loaded")
+        services.retrieval = _load_retrieval(services)
     except Exception as exc:
-        log.exception("loading models failed")
-        services.load_error = f"{type(exc).__name__}: {exc}"
-    finally:
-        services.mark_loaded()
+        log.exception("loading the embedder or the vector index failed")
+        services.load_errors.append(f"the embedder failed to load: {type(exc).__name__}: {exc}")
+    if services.retrieval is not None:
+        try:
+            services.chat = _load_chat(services, services.retrieval.retriever)
+        except Exception as exc:
+            log.exception("loading the generator failed")
+            services.load_errors.append(
+                f"the generator failed to load: {type(exc).__name__}: {exc}"
+            )
+    services.mark_loaded()
+
+
+def _load_retrieval(services: Services) -> Retrieval:
+    settings = services.settings
+    embedder = _embedder(settings)
+    index, report = open_index(
+        settings.index_dir, services.store, model_id=embedder.model_id, dimension=embedder.dimension
+    )
+    log.info("vector index: %d vectors (%s)", index.count, report)
+    worker = IngestWorker(
+        services.store,
+        services.library.files,
+        embedder,
+        index,
+        settings.index_dir,
+        IngestConfig(
+            chunk_tokens=settings.chunk_tokens,
+            chunk_overlap_tokens=settings.chunk_overlap_tokens,
+            checkpoint_seconds=settings.index_checkpoint_seconds,
+        ),
+        parse=services.parser.parse,
+    )
+    requeued = services.store.requeue_without_vectors(embedder.model_id)
+    if requeued:
+        log.info("re-embedding %d documents with %s", requeued, embedder.model_id)
+    services.library.attach_worker(worker)
+    # Only the very first start gets the samples: deleting them is respected. Submitting
+    # twice (a crash before the flag) is harmless: identical content is deduplicated.
+    if settings.load_samples and not services.store.has_flag("samples_loaded"):
+        _submit_samples(services, settings.samples_dir)
+        services.store.set_flag("samples_loaded")
+    return Retrieval(embedder, Retriever(embedder, index, services.store), worker)
+
+
+def _load_chat(services: Services, retriever: Retriever) -> ChatService:
+    settings = services.settings
+    return ChatService(
+        services.conversations,
+        retriever,
+        _generator(settings),
+        ChatConfig(
+            top_k=settings.top_k,
+            min_score=settings.min_score,
+            max_answer_tokens=settings.max_answer_tokens,
+            temperature=settings.temperature,
+        ),
+    )
 
 
 def _embedder(settings: Settings) -> Embedder:
@@ -207,7 +223,7 @@ async def services_lifespan(app: Litestar) -> AsyncIterator[None]:
 
 def _shutdown(services: Services, loader: threading.Thread) -> None:
     loader.join()
-    stopped = services.models.worker.stop() if services.models is not None else True
+    stopped = services.retrieval.worker.stop() if services.retrieval is not None else True
     if stopped:  # never pull the database from under a worker that is still writing
         services.db.close()
     services.parser.close()

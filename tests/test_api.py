@@ -40,7 +40,7 @@ def test_reupload_of_identical_content_is_not_duplicated(client: TestClient[Any]
     assert second["id"] == first["id"]
     assert second["duplicate"] is True
     assert len(client.get("/api/documents").json()["documents"]) == 1
-    assert client.app.state.services.models.worker.index.count == indexed["chunks"]
+    assert client.app.state.services.retrieval.worker.index.count == indexed["chunks"]
 
 
 def test_delete_removes_chunks_from_search_at_once(client: TestClient[Any]) -> None:
@@ -50,7 +50,7 @@ def test_delete_removes_chunks_from_search_at_once(client: TestClient[Any]) -> N
     assert client.get(f"/api/documents/{created['id']}").status_code == 404
     hits = client.post("/api/search", json={"query": "meal allowance", "k": 5}).json()["hits"]
     assert hits == []
-    assert client.app.state.services.models.worker.index.count == 0
+    assert client.app.state.services.retrieval.worker.index.count == 0
     assert client.delete(f"/api/documents/{created['id']}").status_code == 404
 
 
@@ -78,7 +78,7 @@ def test_chat_streams_tokens_then_citations(client: TestClient[Any]) -> None:
         json={"message": "And the annual leave?", "conversation_id": done["conversation_id"]},
     )
     assert follow_up.status_code == 200
-    prompt = client.app.state.services.models.generator.history[-1].prompt
+    prompt = client.app.state.services.chat.generator.history[-1].prompt
     assert "What is the meal allowance abroad?" in prompt  # the earlier turn is in the prompt
 
 
@@ -87,7 +87,7 @@ def test_chat_without_relevant_sources_says_so(client: TestClient[Any]) -> None:
     done = json.loads(sse_events(response.text)[-1][1])
     assert "could not find" in done["answer"]
     assert done["citations"] == []
-    assert client.app.state.services.models.generator.history == []  # nothing to invent from
+    assert client.app.state.services.chat.generator.history == []  # nothing to invent from
 
 
 def test_bad_requests_get_clear_errors(client: TestClient[Any]) -> None:

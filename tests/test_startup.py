@@ -7,10 +7,10 @@ from pathlib import Path
 from litestar.testing import TestClient
 
 from app.factory import create_app
-from tests.conftest import fake_settings, upload
+from tests.conftest import fake_settings, upload, wait_indexed
 
 
-def test_missing_model_file_is_reported_not_crashed(tmp_path: Path) -> None:
+def test_a_broken_generator_is_reported_and_documents_still_flow(tmp_path: Path) -> None:
     settings = fake_settings(
         tmp_path, generator_backend="llama-cpp", generator_model=tmp_path / "missing.gguf"
     )
@@ -20,26 +20,29 @@ def test_missing_model_file_is_reported_not_crashed(tmp_path: Path) -> None:
         assert ready.status_code == 503
         assert ready.json()["status"] == "failed" and "missing.gguf" in ready.json()["detail"]
         assert ready.headers["retry-after"]
-        search = client.post("/api/search", json={"query": "anything"})
-        assert search.status_code == 503 and "failed to load" in search.json()["error"]["detail"]
-        # Documents are still accepted and wait, queued, for a working configuration.
-        accepted = upload(client, ("notes.txt", b"kept safe until the models load"))
+        chat = client.post("/api/chat", json={"message": "anything"})
+        assert chat.status_code == 503 and "generator failed" in chat.json()["error"]["detail"]
+        # Ingestion and search do not need the generator.
+        accepted = upload(client, ("notes.txt", b"notes about the quarterly budget"))
         assert accepted.status_code == 201
-        assert accepted.json()["documents"][0]["status"] == "queued"
-        assert "the models failed to load" in client.get("/").text
+        assert wait_indexed(client, accepted.json()["documents"][0]["id"])["status"] == "indexed"
+        hits = client.post("/api/search", json={"query": "quarterly budget"}).json()["hits"]
+        assert hits and "budget" in hits[0]["text"]
+        assert "the generator failed to load" in client.get("/").text
 
 
 def test_queued_uploads_are_ingested_on_the_next_good_start(tmp_path: Path) -> None:
     broken = fake_settings(
-        tmp_path, generator_backend="llama-cpp", generator_model=tmp_path / "missing.gguf"
+        tmp_path, embedder_backend="sentence-transformers", embedder_model=tmp_path / "nope"
     )
     with TestClient(create_app(broken)) as client:
         client.app.state.services.wait_until_loaded(30)
         document_id = upload(client, ("a.txt", b"resumed later")).json()["documents"][0]["id"]
+        assert "embedder failed" in client.get("/health/ready").json()["detail"]
+        assert client.post("/api/search", json={"query": "later"}).status_code == 503
+        assert client.get(f"/api/documents/{document_id}").json()["status"] == "queued"
     with TestClient(create_app(fake_settings(tmp_path))) as client:
         client.app.state.services.wait_until_loaded(30)
-        from tests.conftest import wait_indexed
-
         assert wait_indexed(client, document_id)["status"] == "indexed"
 
 

@@ -16,7 +16,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.chat import ChatService, DoneEvent, TokenEvent, clean_question
 from app.conversations import Message
-from app.deps import provide_models, provide_services
+from app.deps import provide_chat, provide_retrieval, provide_services
 from app.errors import AppError, NotFound
 from app.intake import Accepted, read_files, require_all_supported, submit_all
 from app.schemas import (
@@ -29,7 +29,7 @@ from app.schemas import (
     SearchIn,
     SearchOut,
 )
-from app.services import Models, Services
+from app.services import Retrieval, Services
 from retrieval.store import DocumentGone
 
 log = logging.getLogger(__name__)
@@ -75,28 +75,28 @@ class DocumentsApi(Controller):
 
 class SearchApi(Controller):
     path = "/api/search"
-    dependencies = {"models": Provide(provide_models, sync_to_thread=False)}
+    dependencies = {"retrieval": Provide(provide_retrieval, sync_to_thread=False)}
 
     @post(status_code=200)
-    async def search(self, data: SearchIn, models: Models) -> SearchOut:
+    async def search(self, data: SearchIn, retrieval: Retrieval) -> SearchOut:
         query = clean_question(data.query)
-        result = await asyncio.to_thread(models.retriever.search, query, data.k)
+        result = await asyncio.to_thread(retrieval.retriever.search, query, data.k)
         return SearchOut([HitOut.of(hit) for hit in result.hits])
 
 
 class ChatApi(Controller):
     path = "/api/chat"
     dependencies = {
-        "models": Provide(provide_models, sync_to_thread=False),
+        "chat": Provide(provide_chat, sync_to_thread=False),
         "services": Provide(provide_services, sync_to_thread=False),
     }
 
     @post(status_code=200)
-    async def chat(self, data: ChatIn, models: Models) -> ServerSentEvent:
+    async def chat(self, data: ChatIn, chat: ChatService) -> ServerSentEvent:
         """Server-sent events: ``token`` events carry text, ``done`` the stored answer
         with its citations, ``error`` a problem found after streaming began."""
-        _, question = await asyncio.to_thread(models.chat.ask, data.message, data.conversation_id)
-        return ServerSentEvent(json_events(models.chat, question))
+        _, question = await asyncio.to_thread(chat.ask, data.message, data.conversation_id)
+        return ServerSentEvent(json_events(chat, question))
 
 
 async def json_events(

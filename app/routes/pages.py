@@ -18,12 +18,12 @@ from msgspec import Struct
 
 from app.chat import ChatService, DoneEvent, TokenEvent
 from app.conversations import Message
-from app.deps import provide_models, provide_services
+from app.deps import provide_chat, provide_services
 from app.errors import AppError, NotFound
 from app.intake import read_files, submit_all
 from app.rendering import highlight_passage
 from app.schemas import MAX_ROW_ID, RowId
-from app.services import Models, Services
+from app.services import Services
 from retrieval.store import DocumentGone
 
 log = logging.getLogger(__name__)
@@ -65,15 +65,15 @@ def shell_context(services: Services, conversation_id: int | None) -> dict[str, 
 
 
 def status_context(services: Services) -> dict[str, Any]:
-    models = services.models
+    retrieval, chat = services.retrieval, services.chat
     return {
         "ready": services.ready,
         "problem": services.problem,
-        "model": models.generator.model_id if models else None,
-        "embedder": models.embedder.model_id if models else None,
-        "vectors": models.worker.index.count if models else 0,
-        "queue": models.worker.pending if models else 0,
-        "device": models.generator.device if models else None,
+        "model": chat.generator.model_id if chat else None,
+        "device": chat.generator.device if chat else None,
+        "embedder": retrieval.embedder.model_id if retrieval else None,
+        "vectors": retrieval.worker.index.count if retrieval else 0,
+        "queue": retrieval.worker.pending if retrieval else 0,
     }
 
 
@@ -120,26 +120,24 @@ class Pages(Controller):
 class Partials(Controller):
     """htmx endpoints: each returns the same partial its page includes.
 
-    Only handlers that take ``models`` wait for the models; the rest work during start-up.
+    Only handlers that take ``chat`` wait for the generator; the rest work during start-up.
     """
 
     path = "/ui"
     dependencies = {
         "services": Provide(provide_services, sync_to_thread=False),
-        "models": Provide(provide_models, sync_to_thread=False),
+        "chat": Provide(provide_chat, sync_to_thread=False),
     }
 
     @post("/ask", status_code=200)
     async def ask(
         self,
         data: Annotated[AskForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
-        models: Models,
+        chat: ChatService,
         services: Services,
     ) -> Template:
         conversation_id = form_row_id(data.conversation_id)
-        conversation, question = await asyncio.to_thread(
-            models.chat.ask, data.message, conversation_id
-        )
+        conversation, question = await asyncio.to_thread(chat.ask, data.message, conversation_id)
         return Template(
             "_turn.html",
             context={
@@ -155,14 +153,14 @@ class Partials(Controller):
     async def answer_stream(
         self,
         question_id: RowId,
-        models: Models,
+        chat: ChatService,
         services: Services,
         request: Request[Any, Any, Any],
     ) -> ServerSentEvent:
         question = await asyncio.to_thread(services.conversations.message, question_id)
         if question is None or question.role != "user":
             raise NotFound("no such question")
-        return ServerSentEvent(html_events(models.chat, question, request))
+        return ServerSentEvent(html_events(chat, question, request))
 
     @get("/messages/{message_id:int}/sources")
     async def sources(self, message_id: RowId, services: Services) -> Template:
