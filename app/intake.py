@@ -13,7 +13,7 @@ from app.errors import UnprocessableInput, UnsupportedMediaType
 from app.services import Services
 from retrieval.library import display_filename
 from retrieval.parsers import UnsupportedDocumentType, detect_kind
-from retrieval.store import DocumentRecord
+from retrieval.records import DocumentRecord
 
 MAX_FILES_PER_REQUEST = 100
 

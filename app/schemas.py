@@ -8,7 +8,7 @@ import msgspec
 from litestar.params import Parameter
 
 from app.conversations import Citation, Message
-from retrieval.store import DocumentRecord
+from retrieval.records import DocumentRecord
 from retrieval.types import Hit
 
 MAX_ROW_ID = 2**63 - 1  # SQLite's INTEGER range; larger numbers can name no row

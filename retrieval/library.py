@@ -8,7 +8,8 @@ import unicodedata
 
 from retrieval.ingest import IngestWorker
 from retrieval.parsers import detect_kind
-from retrieval.store import DocumentGone, DocumentRecord, DocumentStore
+from retrieval.records import DocumentRecord
+from retrieval.store import DocumentGone, DocumentStore
 from retrieval.uploads import UploadFiles
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from retrieval.db import Database
 from retrieval.embedder import Vectors
 from retrieval.index import IdArray
+from retrieval.records import CollectionRecord, DocumentRecord
 from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, Hit, ParsedDocument
 
 DEFAULT_COLLECTION = "default"
@@ -19,42 +18,6 @@ DEFAULT_COLLECTION = "default"
 
 class DocumentGone(Exception):
     """The document was deleted while work on it was in flight."""
-
-
-@dataclass(frozen=True)
-class DocumentRecord:
-    id: int
-    collection_id: int
-    content_hash: str
-    filename: str
-    stored_name: str
-    kind: DocumentKind
-    size: int
-    title: str | None
-    status: DocumentStatus
-    error: str | None
-    page_count: int
-    chunk_count: int
-    created_at: float
-    updated_at: float
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> DocumentRecord:
-        values = dict(row)
-        values["kind"] = DocumentKind(values["kind"])
-        values["status"] = DocumentStatus(values["status"])
-        return cls(**values)
-
-    @property
-    def display_title(self) -> str:
-        return self.title or self.filename
-
-
-@dataclass(frozen=True)
-class CollectionRecord:
-    id: int
-    name: str
-    document_count: int
 
 
 class DocumentStore:
