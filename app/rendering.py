@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from markupsafe import Markup
@@ -15,14 +16,13 @@ def render_answer(message: Message) -> Markup:
     by_number = {c.number: c for c in message.citations}
     escaped = escape(message.content)
 
-    def link(match: object) -> str:
-        number = int(match.group(1))  # type: ignore[attr-defined]
-        citation = by_number.get(number)
+    def link(match: re.Match[str]) -> str:
+        citation = by_number.get(int(match.group(1)))
         if citation is None:
-            return str(match.group(0))  # type: ignore[attr-defined]
+            return match.group(0)
         return (
             f'<a class="cite" href="{escape(citation.url)}" target="_blank" rel="noopener" '
-            f'title="{escape(citation.title)}, page {citation.page}">[{number}]</a>'
+            f'title="{escape(citation.title)}, page {citation.page}">[{citation.number}]</a>'
         )
 
     return Markup(MARKER.sub(link, escaped))  # noqa: S704 - built from escaped text only
