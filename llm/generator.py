@@ -60,7 +60,7 @@ class LlamaGenerator:
             model_path=str(config.model_path),
             n_ctx=config.n_ctx,
             n_gpu_layers=config.n_gpu_layers,
-            # llama-cpp-python's default is half the CPUs; all of them decode ~20 % faster
+            # llama-cpp-python's default is half the CPUs; all of them decode ~15 % faster
             # on the 2-core machines we measure on (docs/BENCHMARKS.md).
             n_threads=config.n_threads or _available_cpus(),
             seed=config.seed,

@@ -54,8 +54,9 @@ class SentenceTransformerEmbedder:
         """Embed in length-sorted batches, taking the lock per batch.
 
         Sorting keeps padding low however many texts arrive; releasing the lock between
-        batches lets a user's one-line query in while a bulk upload is being embedded,
-        so it waits for one batch at most, not for the whole upload.
+        batches lets a user's one-line query in while a bulk upload is being embedded, so
+        it waits for a batch or two (the lock is not fair), never for the whole upload.
+        docs/BENCHMARKS.md has the measured wait.
         """
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
