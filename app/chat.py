@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 
 from app.conversations import Citation, Conversation, Conversations, Message
-from app.errors import NotFound, UnprocessableInput
-from app.streaming import iterate_in_thread
+from app.errors import NotFound, UnprocessableInput, from_engine
+from llm.backend import Backend
 from llm.citations import attribute, cited_numbers
-from llm.generator import GenerationRequest, Generator
+from llm.engine.params import (
+    BackendFailed,
+    CompletionRequest,
+    EngineError,
+    SamplingParams,
+    TextDelta,
+)
 from llm.prompt import Prompt, PromptTooLong, Source, Turn, build_prompt
+from llm.registry import Registry
 from llm.repetition import RepetitionGuard
 from retrieval.search import Retriever
 from retrieval.types import Hit
@@ -30,10 +37,12 @@ SNIPPET_CHARS = 300
 
 @dataclass(frozen=True)
 class ChatConfig:
+    model: str
     top_k: int
     min_score: float
     max_answer_tokens: int
     temperature: float
+    timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -70,12 +79,12 @@ class ChatService:
         self,
         conversations: Conversations,
         retriever: Retriever,
-        generator: Generator,
+        models: Registry,
         config: ChatConfig,
     ):
         self.conversations = conversations
         self.retriever = retriever
-        self.generator = generator
+        self.models = models
         self.config = config
         self._answering: set[int] = set()
 
@@ -143,44 +152,54 @@ class ChatService:
             yield DoneEvent(await self._save(question, NOTHING_FOUND, ()))
             return
         sources = [Source(n, hit.title, hit.page, hit.text) for n, hit in enumerate(hits, 1)]
-        prompt = await asyncio.to_thread(self._prompt, question, sources)
-        request = GenerationRequest(
+        key = f"conversation:{question.conversation_id}"
+        backend = await asyncio.to_thread(self.models.get, self.config.model, key)
+        prompt = await asyncio.to_thread(self._prompt, backend, question, sources)
+        request = CompletionRequest(
             prompt=prompt.text,
-            max_tokens=self.config.max_answer_tokens,
-            temperature=self.config.temperature,
-            stop=prompt.stop,
+            params=SamplingParams(
+                max_tokens=self.config.max_answer_tokens,
+                temperature=self.config.temperature,
+                stop=prompt.stop,
+            ),
+            cache_key=key,
+            deadline=time.monotonic() + self.config.timeout_s,
         )
-        cancel = threading.Event()
-        guard = RepetitionGuard()
-        finished = False
         try:
-            tokens = iterate_in_thread(lambda: self.generator.stream(request, cancel), cancel)
-            async with aclosing(tokens):
-                async for token in tokens:
-                    if guard.feed(token):
+            completion = await asyncio.to_thread(backend.submit, request)
+        except EngineError as exc:
+            raise from_engine(exc) from exc
+        guard = RepetitionGuard()
+        completed = False
+        try:
+            async for event in completion:
+                if isinstance(event, TextDelta):
+                    if guard.feed(event.text):
+                        completion.cancel()
                         break  # a loop: the answer so far is all there is
-                    yield TokenEvent(token)
-            finished = True
+                    yield TokenEvent(event.text)
+                elif event.reason == "error":
+                    raise from_engine(BackendFailed(event.error or "generation failed"))
+            completed = True
         finally:
-            if not finished:
-                cancel.set()
+            if not completed:  # the client left (leaving the loop cancelled the request)
                 left.partial = guard.text.strip()
         answer = attribute(guard.text.strip(), prompt.sources)
         numbers = cited_numbers(answer, len(prompt.sources))
         citations = tuple(_citation(n, hits[n - 1]) for n in numbers)
         yield DoneEvent(await self._save(question, answer or "(no answer)", citations))
 
-    def _prompt(self, question: Message, sources: list[Source]) -> Prompt:
+    def _prompt(self, backend: Backend, question: Message, sources: list[Source]) -> Prompt:
         history = self._history(question)
-        budget = self.generator.context_tokens - self.config.max_answer_tokens
+        budget = backend.context_tokens - self.config.max_answer_tokens
         try:
             return build_prompt(
-                self.generator.prompt_format,
+                backend.prompt_format,
                 question=question.content,
                 sources=sources,
                 history=history,
                 token_budget=budget,
-                count_tokens=self.generator.count_tokens,
+                count_tokens=backend.count_tokens,
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc

@@ -15,6 +15,8 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.response import Template
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
+from llm.engine.params import EngineError, Overloaded
+
 log = logging.getLogger(__name__)
 
 
@@ -51,9 +53,23 @@ class NotReady(AppError):
         super().__init__(detail, headers={"Retry-After": "5"})
 
 
+def from_engine(exc: EngineError) -> AppError:
+    """An engine's refusal as an application error with the same status and headers."""
+    error = AppError(exc.detail, headers=_engine_headers(exc))
+    error.status = exc.status
+    error.title = _title_for(exc.status)
+    return error
+
+
+def _engine_headers(exc: EngineError) -> dict[str, str]:
+    return {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else {}
+
+
 def _describe(exc: Exception) -> tuple[int, str, str, dict[str, str]]:
     if isinstance(exc, AppError):
         return exc.status, exc.title, exc.detail, exc.headers
+    if isinstance(exc, EngineError):
+        return exc.status, _title_for(exc.status), exc.detail, _engine_headers(exc)
     if isinstance(exc, ValidationException):
         # Malformed or missing fields are unprocessable input, as for our own checks.
         extra = exc.extra if isinstance(exc.extra, list) else []
@@ -83,6 +99,7 @@ def _title_for(status: int) -> str:
         413: "Too large",
         415: "Unsupported file type",
         429: "Too many requests",
+        502: "Bad gateway",
         503: "Unavailable",
     }.get(status, "Error")
 

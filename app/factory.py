@@ -11,8 +11,10 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
 from app.errors import handle_error
+from app.metrics import metrics_endpoint
 from app.rendering import render_answer
 from app.routes.api import ChatApi, DocumentsApi, SearchApi
+from app.routes.completions import CompletionsApi
 from app.routes.health import live, ready
 from app.routes.pages import Pages, Partials
 from app.services import services_lifespan
@@ -53,6 +55,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             DocumentsApi,
             SearchApi,
             ChatApi,
+            CompletionsApi,
+            metrics_endpoint,
             create_static_files_router(path="/static", directories=[settings.static_dir]),
         ],
         state=State({"settings": settings}),

@@ -21,9 +21,10 @@ from litestar import Litestar
 from app.chat import ChatConfig, ChatService
 from app.conversations import Conversations
 from app.errors import NotReady
+from app.metrics import Metrics
 from app.settings import Settings
-from llm.generator import FakeGenerator, Generator, LlamaConfig, LlamaGenerator
-from llm.models import bundled_generator_model
+from llm.backend import Backend, FakeBackend
+from llm.registry import Alias, Registry
 from retrieval.db import Database
 from retrieval.embedder import (
     Embedder,
@@ -58,6 +59,8 @@ class Services:
     conversations: Conversations
     collection_id: int
     parser: IsolatedParser
+    metrics: Metrics
+    models: Registry | None = None
     retrieval: Retrieval | None = None
     chat: ChatService | None = None
     load_errors: list[str] = field(default_factory=list)
@@ -81,6 +84,14 @@ class Services:
             raise NotReady(self.problem) if self.problem else NotReady()
         return self.retrieval
 
+    def require_models(self) -> Registry:
+        if self.models is None:
+            raise NotReady(self.problem) if self.problem else NotReady()
+        return self.models
+
+    def loaded_models(self) -> list[Backend]:
+        return self.models.loaded() if self.models is not None else []
+
     def require_chat(self) -> ChatService:
         if self.chat is None:
             raise NotReady(self.problem) if self.problem else NotReady()
@@ -98,7 +109,7 @@ def open_services(settings: Settings) -> Services:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.db_path)
     store = DocumentStore(db)
-    return Services(
+    services: Services = Services(
         settings=settings,
         db=db,
         store=store,
@@ -108,24 +119,26 @@ def open_services(settings: Settings) -> Services:
         parser=IsolatedParser(
             timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_mb << 20
         ),
+        metrics=Metrics(lambda: services.loaded_models()),
     )
+    return services
 
 
 def load_models(services: Services) -> None:
-    """Load the retrieval side and start ingestion, then the chat side; each may fail alone."""
+    """Load the retrieval side and start ingestion, then the models; each may fail alone."""
     try:
         services.retrieval = _load_retrieval(services)
     except Exception as exc:
         log.exception("loading the embedder or the vector index failed")
         services.load_errors.append(f"the embedder failed to load: {type(exc).__name__}: {exc}")
-    if services.retrieval is not None:
-        try:
-            services.chat = _load_chat(services, services.retrieval.retriever)
-        except Exception as exc:
-            log.exception("loading the generator failed")
-            services.load_errors.append(
-                f"the generator failed to load: {type(exc).__name__}: {exc}"
-            )
+    try:
+        services.models = build_registry(services.settings, services.metrics)
+        services.models.get(services.settings.chat_model)  # load the chat model now
+        if services.retrieval is not None:
+            services.chat = _load_chat(services, services.retrieval.retriever, services.models)
+    except Exception as exc:
+        log.exception("loading the generator failed")
+        services.load_errors.append(f"the generator failed to load: {type(exc).__name__}: {exc}")
     services.mark_loaded()
 
 
@@ -161,17 +174,19 @@ def _load_retrieval(services: Services) -> Retrieval:
     return Retrieval(embedder, Retriever(embedder, index, services.store), worker)
 
 
-def _load_chat(services: Services, retriever: Retriever) -> ChatService:
+def _load_chat(services: Services, retriever: Retriever, models: Registry) -> ChatService:
     settings = services.settings
     return ChatService(
         services.conversations,
         retriever,
-        _generator(settings),
+        models,
         ChatConfig(
+            model=settings.chat_model,
             top_k=settings.top_k,
             min_score=settings.min_score,
             max_answer_tokens=settings.max_answer_tokens,
             temperature=settings.temperature,
+            timeout_s=settings.request_timeout_s,
         ),
     )
 
@@ -183,20 +198,22 @@ def _embedder(settings: Settings) -> Embedder:
     return SentenceTransformerEmbedder(model_dir, batch_size=settings.embed_batch_size)
 
 
-def _generator(settings: Settings) -> Generator:
+def build_registry(settings: Settings, metrics: Metrics) -> Registry:
+    """The configured models plus the default one, and their aliases."""
     if settings.generator_backend == "fake":
-        return FakeGenerator(
-            context_tokens=settings.n_ctx, token_delay_s=settings.fake_token_delay_s
+        fake = FakeBackend(
+            context_tokens=settings.n_ctx,
+            token_delay_s=settings.fake_token_delay_s,
+            observer=metrics,
         )
-    model_path = settings.generator_model or bundled_generator_model(settings.models_dir)
-    return LlamaGenerator(
-        LlamaConfig(
-            model_path=model_path,
-            n_ctx=settings.n_ctx,
-            n_gpu_layers=settings.n_gpu_layers,
-            n_threads=settings.n_threads,
-        )
-    )
+        return Registry.single(fake, "default")
+    from app.model_specs import loaders_for  # imports llm.local; llama.cpp loads on use
+
+    loaders, default_name = loaders_for(settings, metrics)
+    aliases = {name: Alias(weights) for name, weights in settings.model_aliases.items()}
+    aliases.setdefault("default", Alias({default_name: 1}))
+    budget = settings.model_memory_mb << 20 if settings.model_memory_mb else None
+    return Registry(loaders, aliases, memory_budget_bytes=budget)
 
 
 def _submit_samples(services: Services, samples_dir: Path) -> None:
@@ -223,6 +240,8 @@ async def services_lifespan(app: Litestar) -> AsyncIterator[None]:
 
 def _shutdown(services: Services, loader: threading.Thread) -> None:
     loader.join()
+    if services.models is not None:
+        services.models.close()
     stopped = services.retrieval.worker.stop() if services.retrieval is not None else True
     if stopped:  # never pull the database from under a worker that is still writing
         services.db.close()

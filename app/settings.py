@@ -5,10 +5,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0"]
+
+
+class ModelEntry(BaseModel):
+    """A local GGUF file (``path``) or a remote OpenAI-compatible server (``url``)."""
+
+    model_config = {"extra": "forbid", "frozen": True}
+
+    path: Path | None = None
+    url: str | None = None
+    remote_model: str | None = None
+    api_key: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelEntry:
+        if (self.path is None) == (self.url is None):
+            raise ValueError("a model needs exactly one of 'path' or 'url'")
+        return self
 
 
 class Settings(BaseSettings):
@@ -72,15 +91,65 @@ class Settings(BaseSettings):
     generator_model: Path | None = Field(
         None, description="GGUF file; unset = the bundled Gemma 3 270M (Q4_K_M)."
     )
-    n_ctx: int = Field(4096, ge=256, le=131072, description="llama.cpp context length.")
+    models: dict[str, ModelEntry] = Field(
+        default_factory=dict,
+        description='Extra models by name, as JSON: {"name": {"path": "x.gguf"}} or '
+        '{"name": {"url": "http://host:8080", "remote_model": "..."}}.',
+    )
+    model_aliases: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Alias -> {model: weight}, as JSON; 'default' is what chat uses. Weights "
+        "split traffic (canary); one conversation always gets the same model.",
+    )
+    chat_model: str = Field("default", description="Model or alias that answers chat questions.")
+    model_memory_mb: int | None = Field(
+        None, ge=1, description="Memory budget for loaded models; least recently used unload."
+    )
+    n_ctx: int = Field(4096, ge=256, le=131072, description="Context of one request, in tokens.")
+    parallel: int = Field(8, ge=1, le=64, description="Sequences decoded together per model.")
+    kv_cache_tokens: int | None = Field(
+        None, ge=256, description="KV cells shared by all sequences; unset = n_ctx * parallel / 2."
+    )
+    n_batch: int = Field(512, ge=32, le=8192, description="Most tokens in one llama_decode.")
+    prefill_chunk_tokens: int = Field(
+        256, ge=16, le=8192, description="Prompt tokens prefilled per step between decodes."
+    )
+    max_waiting_requests: int = Field(
+        64, ge=1, description="Queued requests per model; beyond it 503 with Retry-After."
+    )
+    max_waiting_tokens: int = Field(
+        65536, ge=1, description="Queued prompt tokens per model; beyond it 503."
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Deadline of one generation request, queueing included."
+    )
+    max_tokens_cap: int = Field(2048, ge=1, description="Largest max_tokens a request may get.")
+    batch_invariant: bool = Field(
+        False,
+        description="Pad decode batches so greedy output never depends on load (slower alone).",
+    )
+    kv_disk_mb: int = Field(
+        1024, ge=0, description="Disk budget for saved conversation KV state (0 = off)."
+    )
     n_gpu_layers: int = Field(
         0, ge=-1, description="Layers offloaded to the GPU (-1 = all; 0 = CPU only)."
     )
+    main_gpu: int = Field(0, ge=0, description="GPU that holds the model (or small tensors).")
+    tensor_split: list[float] = Field(
+        default_factory=list, description="Share of the model per GPU, e.g. [3, 1]; empty = auto."
+    )
+    flash_attn: Literal["auto", "on", "off"] = Field("auto", description="Flash attention.")
+    kv_type_k: KvType = Field("f16", description="KV cache type of keys (f16, q8_0, q4_0 ...).")
+    kv_type_v: KvType = Field("f16", description="KV cache type of values (quantised V needs FA).")
     n_threads: int | None = Field(
         None, ge=1, description="CPU threads for llama.cpp; unset = every CPU Ragdesk may use."
     )
-    max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on generated tokens.")
-    temperature: float = Field(0.2, ge=0.0, le=2.0, description="Sampling temperature.")
+    max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on chat answer tokens.")
+    temperature: float = Field(0.2, ge=0.0, le=2.0, description="Chat sampling temperature.")
+
+    @property
+    def kv_dir(self) -> Path:
+        return self.data_dir / "kv"
 
     @property
     def db_path(self) -> Path:

@@ -16,6 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from app.factory import create_app
 from app.settings import Settings
+from llm.backend import FakeBackend
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -94,3 +95,10 @@ def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+def fake_model(client: TestClient[Any]) -> FakeBackend:
+    """The fake backend a ``client`` app answers with (to script or inspect it)."""
+    backend = client.app.state.services.require_models().get("default")
+    assert isinstance(backend, FakeBackend)
+    return backend

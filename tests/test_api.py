@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from tests.conftest import sse_events, upload, wait_indexed
+from tests.conftest import fake_model, sse_events, upload, wait_indexed
 
 HANDBOOK = (
     b"# Travel policy\n\nEmployees may claim a daily meal allowance of 45 euros when "
@@ -78,7 +78,7 @@ def test_chat_streams_tokens_then_citations(client: TestClient[Any]) -> None:
         json={"message": "And the annual leave?", "conversation_id": done["conversation_id"]},
     )
     assert follow_up.status_code == 200
-    prompt = client.app.state.services.chat.generator.history[-1].prompt
+    prompt = fake_model(client).history[-1].prompt
     assert "What is the meal allowance abroad?" in prompt  # the earlier turn is in the prompt
 
 
@@ -87,7 +87,7 @@ def test_chat_without_relevant_sources_says_so(client: TestClient[Any]) -> None:
     done = json.loads(sse_events(response.text)[-1][1])
     assert "could not find" in done["answer"]
     assert done["citations"] == []
-    assert client.app.state.services.chat.generator.history == []  # nothing to invent from
+    assert fake_model(client).history == []  # nothing to invent from
 
 
 def test_bad_requests_get_clear_errors(client: TestClient[Any]) -> None:

@@ -11,21 +11,26 @@ import pytest
 from app.chat import NOTHING_FOUND, ChatConfig, ChatService, DoneEvent, TokenEvent
 from app.conversations import Conversations
 from app.errors import NotFound, UnprocessableInput
-from llm.generator import FakeGenerator
+from llm.backend import FakeBackend
+from llm.engine.params import Finished
+from llm.registry import Registry
 from retrieval.search import Retriever
 from tests.retrieval_kit import Kit, make_kit
 
 POLICY = b"# Leave\n\nStaff receive 28 days of paid leave every year."
 
 
-def service(kit: Kit, generator: FakeGenerator) -> ChatService:
+def service(kit: Kit, generator: FakeBackend) -> ChatService:
     index, _ = kit.open_index()
     worker = kit.worker(index)
     document, _ = kit.library.submit(data=POLICY, filename="p.md", collection_id=kit.collection_id)
     worker.ingest(document.id)
-    config = ChatConfig(top_k=3, min_score=0.1, max_answer_tokens=50, temperature=0.0)
+    config = ChatConfig(
+        model="default", top_k=3, min_score=0.1, max_answer_tokens=50, temperature=0.0
+    )
+    models = Registry.single(generator, "default")
     return ChatService(
-        Conversations(kit.db), Retriever(kit.embedder, index, kit.store), generator, config
+        Conversations(kit.db), Retriever(kit.embedder, index, kit.store), models, config
     )
 
 
@@ -35,7 +40,7 @@ async def collect(chat: ChatService, question: str, conversation_id: int | None 
 
 
 def test_history_reaches_the_prompt_and_answers_are_stored(tmp_path: Path) -> None:
-    generator = FakeGenerator()
+    generator = FakeBackend()
     chat = service(make_kit(tmp_path), generator)
     first = asyncio.run(collect(chat, "How many days of leave do staff get?"))
     done = first[-1]
@@ -48,7 +53,7 @@ def test_history_reaches_the_prompt_and_answers_are_stored(tmp_path: Path) -> No
 
 
 def test_unknown_conversation_and_empty_question(tmp_path: Path) -> None:
-    chat = service(make_kit(tmp_path), FakeGenerator())
+    chat = service(make_kit(tmp_path), FakeBackend())
     with pytest.raises(NotFound):
         chat.ask("hello", 12345)
     with pytest.raises(UnprocessableInput):
@@ -56,20 +61,26 @@ def test_unknown_conversation_and_empty_question(tmp_path: Path) -> None:
 
 
 def test_irrelevant_question_is_answered_without_the_model(tmp_path: Path) -> None:
-    generator = FakeGenerator()
+    generator = FakeBackend()
     chat = service(make_kit(tmp_path), generator)
     events = asyncio.run(collect(chat, "xylophone quasar"))
     assert isinstance(events[0], TokenEvent) and events[0].text == NOTHING_FOUND
     assert generator.history == []
 
 
-class CountingGenerator(FakeGenerator):
+class CountingGenerator(FakeBackend):
     produced = 0
 
-    def stream(self, request, cancel):  # type: ignore[no-untyped-def]
-        for token in super().stream(request, cancel):
-            self.produced += 1
-            yield token
+    def _produce(self, request, tokens, prompt, out):  # type: ignore[no-untyped-def]
+        original = out.push
+
+        def counting_push(event):  # type: ignore[no-untyped-def]
+            if not isinstance(event, Finished):
+                self.produced += 1
+            original(event)
+
+        out.push = counting_push
+        super()._produce(request, tokens, prompt, out)
 
 
 def test_leaving_mid_stream_stops_generation_within_a_token(tmp_path: Path) -> None:
@@ -92,7 +103,7 @@ def test_leaving_mid_stream_stops_generation_within_a_token(tmp_path: Path) -> N
 
 
 def test_question_too_long_for_the_context_is_unprocessable(tmp_path: Path) -> None:
-    generator = FakeGenerator(context_tokens=120)
+    generator = FakeBackend(context_tokens=120)
     chat = service(make_kit(tmp_path), generator)
 
     async def run() -> None:
@@ -103,7 +114,7 @@ def test_question_too_long_for_the_context_is_unprocessable(tmp_path: Path) -> N
 
 
 def test_a_looping_answer_is_cut_at_the_repetition(tmp_path: Path) -> None:
-    generator = FakeGenerator()
+    generator = FakeBackend()
     generator.enqueue(["Leave is 28 days.", " Paid leave is 28 days.", " Leave is 28 days.", " x"])
     chat = service(make_kit(tmp_path), generator)
     done = asyncio.run(collect(chat, "How many days of leave?"))[-1]
@@ -113,7 +124,7 @@ def test_a_looping_answer_is_cut_at_the_repetition(tmp_path: Path) -> None:
 
 
 def test_answers_belong_to_their_question_whatever_the_order(tmp_path: Path) -> None:
-    generator = FakeGenerator()
+    generator = FakeBackend()
     generator.enqueue(["First answer."])
     generator.enqueue(["Second answer."])
     chat = service(make_kit(tmp_path), generator)
@@ -133,7 +144,7 @@ def test_answers_belong_to_their_question_whatever_the_order(tmp_path: Path) -> 
 
 
 def test_a_reconnect_right_after_leaving_does_not_generate_again(tmp_path: Path) -> None:
-    generator = FakeGenerator(token_delay_s=0.02)
+    generator = FakeBackend(token_delay_s=0.02)
     generator.enqueue([f"w{i} " for i in range(100)])
     chat = service(make_kit(tmp_path), generator)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from tests.conftest import sse_events, upload, wait_indexed
+from tests.conftest import fake_model, sse_events, upload, wait_indexed
 
 HOSTILE = '<img src="http://evil.example/x.png" onerror="alert(1)">'
 
@@ -72,7 +72,7 @@ def test_ask_then_stream_renders_escaped_tokens_and_linked_citations(
     ).json()
     document_id = created["documents"][0]["id"]
     wait_indexed(client, document_id)
-    client.app.state.services.chat.generator.enqueue(["<b>", "Noon", " daily", " [1]."])
+    fake_model(client).enqueue(["<b>", "Noon", " daily", " [1]."])
     turn = client.post("/ui/ask", data={"message": "When does the canteen open?"})
     assert turn.status_code == 200
     assert turn.headers["hx-push-url"].startswith("/c/")
@@ -90,7 +90,7 @@ def test_ask_then_stream_renders_escaped_tokens_and_linked_citations(
 
     again = sse_events(client.get(f"/ui/answers/{question_id}/stream").text)
     assert [name for name, _ in again] == ["done"]  # a reconnect replays, never regenerates
-    assert len(client.app.state.services.chat.generator.history) == 1
+    assert len(fake_model(client).history) == 1
 
 
 def test_document_page_highlights_the_cited_passage(client: TestClient[Any]) -> None:

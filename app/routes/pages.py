@@ -65,12 +65,16 @@ def shell_context(services: Services, conversation_id: int | None) -> dict[str, 
 
 
 def status_context(services: Services) -> dict[str, Any]:
-    retrieval, chat = services.retrieval, services.chat
+    retrieval = services.retrieval
+    models = services.loaded_models()
+    stats = [m.stats() for m in models]
     return {
         "ready": services.ready,
         "problem": services.problem,
-        "model": chat.generator.model_id if chat else None,
-        "device": chat.generator.device if chat else None,
+        "model": ", ".join(m.name for m in models) or None,
+        "device": ", ".join(sorted({m.device for m in models})) or None,
+        "running": sum(s.running for s in stats),
+        "waiting": sum(s.waiting for s in stats),
         "embedder": retrieval.embedder.model_id if retrieval else None,
         "vectors": retrieval.worker.index.count if retrieval else 0,
         "queue": retrieval.worker.pending if retrieval else 0,

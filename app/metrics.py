@@ -1,0 +1,109 @@
+"""Prometheus metrics at ``/metrics``, labelled by model.
+
+Counters and histograms are fed by the engines as things happen (``EngineObserver``);
+gauges are read from each loaded backend when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from litestar import Response, get
+from litestar.datastructures import State
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from llm.backend import Backend
+from llm.engine.params import FinishReason, Usage
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+GAP_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+
+
+class Metrics:
+    """One registry per app (tests build many apps); it is also the engines' observer."""
+
+    def __init__(self, loaded: Callable[[], list[Backend]]):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttft = Histogram(
+            "ragdesk_time_to_first_token_seconds", "Submit to first token.", ["model"],
+            registry=r, buckets=LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.itl = Histogram(
+            "ragdesk_inter_token_latency_seconds", "Gap between tokens.", ["model"],
+            registry=r, buckets=GAP_BUCKETS,
+        )  # fmt: skip
+        self.prompt_tokens = Counter(
+            "ragdesk_prompt_tokens", "Prompt tokens, cached or not.", ["model"], registry=r
+        )
+        self.cached_tokens = Counter(
+            "ragdesk_cached_prompt_tokens", "Prompt tokens reused from the KV cache.", ["model"],
+            registry=r,
+        )  # fmt: skip
+        self.generated_tokens = Counter(
+            "ragdesk_generated_tokens", "Tokens generated.", ["model"], registry=r
+        )
+        self.requests = Counter(
+            "ragdesk_requests", "Finished requests by reason.", ["model", "reason"], registry=r
+        )
+        self.rejects = Counter(
+            "ragdesk_rejected_requests", "Refused before inference.", ["model", "reason"],
+            registry=r,
+        )  # fmt: skip
+        r.register(_BackendGauges(loaded))
+
+    # --- EngineObserver ---------------------------------------------------------------------
+    def first_token(self, model: str, seconds: float) -> None:
+        self.ttft.labels(model).observe(seconds)
+
+    def token_gap(self, model: str, seconds: float) -> None:
+        self.itl.labels(model).observe(seconds)
+
+    def finished(self, model: str, usage: Usage, reason: FinishReason) -> None:
+        self.prompt_tokens.labels(model).inc(usage.prompt_tokens)
+        self.cached_tokens.labels(model).inc(usage.cached_tokens)
+        self.generated_tokens.labels(model).inc(usage.completion_tokens)
+        self.requests.labels(model, reason).inc()
+
+    def rejected(self, model: str, reason: str) -> None:
+        self.rejects.labels(model, reason).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _BackendGauges(Collector):
+    def __init__(self, loaded: Callable[[], list[Backend]]):
+        self._loaded = loaded
+
+    def collect(self) -> Iterator[Metric]:
+        families = {
+            "running": GaugeMetricFamily(
+                "ragdesk_requests_running", "Requests generating.", labels=["model"]
+            ),
+            "waiting": GaugeMetricFamily(
+                "ragdesk_requests_waiting", "Requests queued.", labels=["model"]
+            ),
+            "sequences": GaugeMetricFamily(
+                "ragdesk_sequences", "Sequences the model decodes together.", labels=["model"]
+            ),
+            "kv_cells_used": GaugeMetricFamily(
+                "ragdesk_kv_cells_used", "KV cache cells holding tokens.", labels=["model"]
+            ),
+            "kv_cells": GaugeMetricFamily(
+                "ragdesk_kv_cells", "KV cache cells in total.", labels=["model"]
+            ),
+        }
+        for backend in self._loaded():
+            stats = backend.stats()
+            for field, family in families.items():
+                family.add_metric([backend.name], getattr(stats, field))
+        yield from families.values()
+
+
+@get("/metrics", media_type="text/plain; version=0.0.4", sync_to_thread=False)
+def metrics_endpoint(state: State) -> Response[bytes]:
+    metrics: Metrics = state.services.metrics
+    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

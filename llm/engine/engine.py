@@ -1,0 +1,392 @@
+"""Continuous batching over one llama.cpp context: the engine thread and its scheduler.
+
+One thread per loaded model owns a ``NativeModel``. Each step puts into a single
+``llama_decode`` the next token of every generating sequence, then fills what is left
+of the batch with chunks of prompts being prefilled, so a long prompt never stalls the
+running streams for its whole prefill. New requests join between steps. Callers only
+touch ``submit`` (tokenise, admission checks, enqueue) and their ``Completion``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from llm.engine.channel import Completion
+from llm.engine.kv_disk import KvDiskCache, SavedState
+from llm.engine.params import (
+    CompletionRequest,
+    ContextOverflow,
+    Finished,
+    FinishReason,
+    InvalidRequest,
+    Overloaded,
+    TextDelta,
+    Usage,
+)
+from llm.engine.slots import Slot, cells_used, common_prefix, place
+from llm.engine.stops import StopMatcher
+
+if TYPE_CHECKING:  # llama.cpp loads only when a model does
+    from llm.engine.native import NativeModel, Sampler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    name: str
+    context_tokens: int = 4096  # per request: prompt + max_tokens
+    max_tokens_cap: int = 2048
+    prefill_chunk: int = 256
+    max_waiting: int = 64
+    max_waiting_tokens: int = 65536
+    # llama.cpp's CPU kernels round differently with the number of rows in a batch; padding
+    # every decode step to a fixed row count makes greedy output independent of load, at a
+    # cost in single-stream speed (docs/BENCHMARKS.md). Needs one spare sequence id.
+    batch_invariant: bool = False
+
+
+class EngineObserver(Protocol):
+    def first_token(self, model: str, seconds: float) -> None: ...
+    def token_gap(self, model: str, seconds: float) -> None: ...
+    def finished(self, model: str, usage: Usage, reason: FinishReason) -> None: ...
+    def rejected(self, model: str, reason: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    running: int
+    waiting: int
+    sequences: int
+    kv_cells_used: int
+    kv_cells: int
+
+
+@dataclass
+class _Seq:
+    request: CompletionRequest
+    completion: Completion
+    prompt: list[int]
+    sampler: Sampler
+    saved: SavedState | None
+    submitted: float
+    max_tokens: int
+    slot: Slot[_Seq] | None = None
+    done: int = 0  # prompt tokens in the KV cache
+    cached: int = 0
+    next_token: int | None = None  # sampled, not yet decoded
+    generated: int = 0
+    last_emit: float = 0.0
+    stops: StopMatcher = field(init=False)
+    decoder: codecs.IncrementalDecoder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stops = StopMatcher(self.request.params.stop)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    @property
+    def prefilling(self) -> bool:
+        return self.done < len(self.prompt)
+
+    def usage(self) -> Usage:
+        return Usage(len(self.prompt), self.cached, self.generated)
+
+
+class Engine:
+    def __init__(
+        self,
+        native: NativeModel,
+        config: EngineConfig,
+        *,
+        observer: EngineObserver | None = None,
+        disk: KvDiskCache | None = None,
+    ):
+        self.native = native
+        self.config = config
+        self.name = config.name
+        self.context_tokens = min(config.context_tokens, native.kv_cells)
+        self._observer = observer
+        self._disk = disk
+        sequences = native.config.n_seq_max - (1 if config.batch_invariant else 0)
+        self._slots: list[Slot[_Seq]] = [Slot(i) for i in range(sequences)]
+        self._scratch = sequences  # the spare sequence id that padding rows use
+        self._waiting: deque[_Seq] = deque()
+        self._waiting_tokens = 0
+        self._wake = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name=f"ragdesk-engine-{self.name}")
+        self._thread.start()
+
+    # --- caller side ------------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        return len(self.native.tokenize(text))
+
+    def submit(self, request: CompletionRequest) -> Completion:
+        """Admit a request or refuse it at once (``Overloaded``, ``ContextOverflow``)."""
+        params = request.params
+        max_tokens = min(params.max_tokens, self.config.max_tokens_cap)
+        if max_tokens < 1:
+            raise InvalidRequest("max_tokens must be at least 1")
+        prompt = self.native.tokenize(request.prompt)
+        if len(prompt) + max_tokens > self.context_tokens:
+            self._reject("context")
+            raise ContextOverflow(len(prompt), max_tokens, self.context_tokens)
+        with self._wake:
+            if self._closing:
+                raise Overloaded("the model is being unloaded")
+            if (
+                len(self._waiting) >= self.config.max_waiting
+                or self._waiting_tokens + len(prompt) > self.config.max_waiting_tokens
+            ):
+                self._reject("queue_full")
+                busy = len(self._waiting) / max(1, len(self._slots))
+                raise Overloaded("too many requests are waiting", max(1, math.ceil(busy)))
+        saved = self._disk.load(request.cache_key) if self._disk and request.cache_key else None
+        try:
+            sampler = self.native.sampler(params, request.grammar)
+        except RuntimeError as exc:
+            raise InvalidRequest(str(exc)) from exc
+        seq = _Seq(request, Completion(), prompt, sampler, saved, time.monotonic(), max_tokens)
+        with self._wake:
+            self._waiting.append(seq)
+            self._waiting_tokens += len(prompt)
+            self._wake.notify()
+        return seq.completion
+
+    def stats(self) -> EngineStats:
+        with self._wake:
+            running = sum(1 for s in self._slots if s.busy is not None)
+            return EngineStats(
+                running=running,
+                waiting=len(self._waiting),
+                sequences=len(self._slots),
+                kv_cells_used=cells_used(self._slots),
+                kv_cells=self.native.kv_cells,
+            )
+
+    @property
+    def idle(self) -> bool:
+        stats = self.stats()
+        return stats.running == 0 and stats.waiting == 0
+
+    def close(self) -> None:
+        """Finish nothing new: cancel what runs and waits, stop the thread, free llama.cpp."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+        self.native.close()
+
+    def _reject(self, reason: str) -> None:
+        if self._observer:
+            self._observer.rejected(self.name, reason)
+
+    # --- engine thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while self._next_round():
+                self._step()
+        except Exception:
+            log.exception("engine %s failed", self.name)
+            self._fail_everything("the inference engine failed; see the server log")
+        finally:
+            self._fail_everything("the model was unloaded")
+
+    def _next_round(self) -> bool:
+        """Admit waiting requests into free slots; block while there is nothing to do."""
+        with self._wake:
+            while not self._closing and not self._waiting and not self._running():
+                self._wake.wait()
+            if self._closing:
+                return False
+            admitted = []
+            while self._waiting and any(s.busy is None for s in self._slots):
+                seq = self._waiting.popleft()
+                self._waiting_tokens -= len(seq.prompt)
+                if seq.completion.cancelled or seq.request.expired():
+                    reason: FinishReason = "cancelled" if seq.completion.cancelled else "deadline"
+                    self._finish(seq, reason, "the request expired before it started")
+                    continue
+                self._seat(seq)
+                admitted.append(seq)
+        return True
+
+    def _running(self) -> list[_Seq]:
+        return [s.busy for s in self._slots if s.busy is not None]
+
+    def _seat(self, seq: _Seq) -> None:
+        placement = place(self._slots, seq.prompt)
+        assert placement is not None  # the caller checked for a free slot
+        slot = self._slots[placement.target]
+        source = self._slots[placement.source if placement.source is not None else slot.seq_id]
+        reuse = placement.reuse
+        if self.config.batch_invariant:
+            # Reused cells must have been computed exactly as a cold run would: by prefill
+            # chunks that start at the same offsets.
+            chunk = self.config.prefill_chunk
+            reuse = min(reuse, source.prefilled) // chunk * chunk
+            seq.saved = None
+        n = self.native
+        if placement.source is not None and reuse > 0:
+            n.seq_remove(slot.seq_id)
+            n.seq_copy(source.seq_id, slot.seq_id, reuse)
+            slot.tokens = source.tokens[:reuse]
+            slot.prefilled = min(source.prefilled, reuse)
+        if seq.saved is not None:
+            reuse = self._restore(slot, seq, reuse)
+        n.seq_remove(slot.seq_id, reuse)
+        del slot.tokens[reuse:]
+        slot.prefilled = min(slot.prefilled, reuse)
+        slot.busy, seq.slot = seq, slot
+        seq.done = seq.cached = reuse
+
+    def _restore(self, slot: Slot[_Seq], seq: _Seq, reuse: int) -> int:
+        """Load a conversation's saved KV state when it covers more than memory does."""
+        saved, seq.saved = seq.saved, None
+        assert saved is not None
+        gain = common_prefix(saved.tokens, seq.prompt, len(seq.prompt) - 1)
+        if gain <= reuse:
+            return reuse
+        self.native.seq_remove(slot.seq_id)
+        if self.native.set_seq_state(slot.seq_id, saved.state):
+            slot.tokens = list(saved.tokens)
+            slot.prefilled = 0
+            return gain
+        log.warning("a saved KV state did not load; prefilling instead")
+        self.native.seq_remove(slot.seq_id)
+        slot.tokens, slot.prefilled = [], 0
+        return 0
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        for seq in self._running():
+            if seq.completion.cancelled:
+                self._finish(seq, "cancelled")
+            elif seq.request.expired(now):
+                self._finish(seq, "deadline", "the request ran past its deadline")
+        running = self._running()
+        decoding = [s for s in running if s.next_token is not None]
+        if decoding:
+            self._decode_step(decoding)
+        prefilling = [s for s in self._running() if s.prefilling]
+        if prefilling:
+            self._prefill_step(min(prefilling, key=lambda s: s.submitted))
+
+    def _decode_step(self, seqs: list[_Seq]) -> None:
+        """One token for every generating sequence, in one ``llama_decode``."""
+        n = self.native
+        n.clear_batch()
+        rows = []
+        for seq in seqs:
+            assert seq.slot is not None and seq.next_token is not None
+            rows.append(n.add(seq.next_token, len(seq.slot.tokens), seq.slot.seq_id, True))
+        if self.config.batch_invariant:
+            for pos in range(len(self._slots) - len(seqs)):
+                n.add(0, pos, self._scratch, False)
+        decoded = self._decode(seqs)
+        if self.config.batch_invariant:
+            n.seq_remove(self._scratch)
+        if not decoded:
+            return
+        for seq, row in zip(seqs, rows, strict=True):
+            assert seq.slot is not None and seq.next_token is not None
+            seq.slot.tokens.append(seq.next_token)
+            self._accept(seq, seq.sampler.sample(row))
+
+    def _prefill_step(self, seq: _Seq) -> None:
+        """The next chunk of one prompt, in its own ``llama_decode``.
+
+        Prompts are never mixed in one batch, and chunks start at fixed offsets: llama.cpp's
+        CPU attention rounds differently depending on a row's place in the batch, and this
+        keeps a prompt's KV (hence greedy output) the same whatever else is running.
+        """
+        assert seq.slot is not None
+        n = self.native
+        n.clear_batch()
+        end = min(len(seq.prompt), seq.done + self.config.prefill_chunk)
+        for i in range(seq.done, end):
+            n.add(seq.prompt[i], i, seq.slot.seq_id, i == len(seq.prompt) - 1)
+        if not self._decode([seq]):
+            return
+        seq.slot.tokens.extend(seq.prompt[seq.done : end])
+        seq.done = end
+        seq.slot.prefilled = end
+        if not seq.prefilling:
+            self._accept(seq, seq.sampler.sample(n.batch_size - 1))
+
+    def _decode(self, batch: list[_Seq]) -> bool:
+        """Run the batch; when the KV cache is full, drop idle caches, then the newest
+        request, and let the next step rebuild the batch."""
+        while (rc := self.native.decode()) == 1:
+            if not self._evict_idle():
+                victim = max(batch, key=lambda s: s.submitted)
+                self._finish(victim, "error", "the KV cache is full; retry shortly")
+                return False
+        if rc != 0:
+            for seq in batch:
+                self._finish(seq, "error", f"llama_decode failed ({rc})")
+            return False
+        return True
+
+    def _evict_idle(self) -> bool:
+        idle = [s for s in self._slots if s.busy is None and s.tokens]
+        if not idle:
+            return False
+        slot = min(idle, key=lambda s: s.last_used)
+        self.native.seq_remove(slot.seq_id)
+        slot.tokens, slot.prefilled = [], 0
+        return True
+
+    def _accept(self, seq: _Seq, token: int) -> None:
+        now = time.monotonic()
+        if self._observer:
+            if seq.generated == 0:
+                self._observer.first_token(self.name, now - seq.submitted)
+            else:
+                self._observer.token_gap(self.name, now - seq.last_emit)
+        seq.last_emit = now
+        seq.generated += 1
+        if self.native.is_end(token):
+            self._finish(seq, "stop")
+            return
+        text = seq.stops.feed(seq.decoder.decode(self.native.piece(token)))
+        if text:
+            seq.completion.push(TextDelta(text))
+        assert seq.slot is not None
+        if seq.stops.stopped:
+            self._finish(seq, "stop")
+        elif seq.generated >= seq.max_tokens or len(seq.slot.tokens) + 1 >= self.context_tokens:
+            self._finish(seq, "length")
+        else:
+            seq.next_token = token
+
+    def _finish(self, seq: _Seq, reason: FinishReason, error: str | None = None) -> None:
+        tail = seq.stops.flush() + seq.decoder.decode(b"", final=True)
+        if tail and reason in ("stop", "length"):
+            seq.completion.push(TextDelta(tail))
+        seq.sampler.free()
+        slot, seq.slot = seq.slot, None
+        if slot is not None:
+            slot.busy = None
+            slot.last_used = time.monotonic()
+            if self._disk and seq.request.cache_key and reason in ("stop", "length"):
+                state = self.native.seq_state(slot.seq_id)
+                self._disk.save(seq.request.cache_key, SavedState(list(slot.tokens), state))
+        usage = seq.usage()
+        seq.completion.push(Finished(reason, usage, self.name, error))
+        if self._observer:
+            self._observer.finished(self.name, usage, reason)
+
+    def _fail_everything(self, why: str) -> None:
+        with self._wake:
+            waiting, self._waiting = list(self._waiting), deque()
+            self._waiting_tokens = 0
+        for seq in [*waiting, *self._running()]:
+            self._finish(seq, "error", why)

@@ -1,0 +1,245 @@
+"""The slice of llama.cpp's C API the engine uses, behind a small typed class.
+
+Everything ctypes lives here: the model and a multi-sequence context (unified KV cache,
+``n_seq_max`` sequences), a reusable ``llama_batch``, tokenisation, sequence memory
+operations, C-side sampler chains and per-sequence state snapshots. Only the engine
+thread calls into a ``NativeModel`` once it is built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as C
+from llama_cpp._logger import set_verbose
+
+from llm.engine.params import SamplingParams
+
+FLASH_ATTN = {
+    "auto": C.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": C.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": C.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q5_1": 7, "q5_0": 6, "q4_1": 3, "q4_0": 2}
+
+
+class NativeError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class NativeConfig:
+    model_path: Path
+    kv_cells: int = 16384
+    n_seq_max: int = 8
+    n_batch: int = 512
+    n_threads: int = 1
+    n_gpu_layers: int = 0
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] = ()
+    flash_attn: str = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+
+
+class NativeModel:
+    def __init__(self, config: NativeConfig):
+        C.llama_backend_init()
+        set_verbose(False)  # llama.cpp logs errors only; it prints pages at load otherwise
+        self.config = config
+        mparams = C.llama_model_default_params()
+        mparams.n_gpu_layers = 0x7FFFFFFF if config.n_gpu_layers < 0 else config.n_gpu_layers
+        mparams.main_gpu = config.main_gpu
+        self._tensor_split: Any = None
+        if config.tensor_split:
+            if len(config.tensor_split) > C.LLAMA_MAX_DEVICES:
+                raise NativeError(f"tensor_split names more than {C.LLAMA_MAX_DEVICES} devices")
+            self._tensor_split = (ctypes.c_float * C.LLAMA_MAX_DEVICES)(*config.tensor_split)
+            mparams.tensor_split = self._tensor_split
+        model = C.llama_model_load_from_file(str(config.model_path).encode(), mparams)
+        if not model:
+            raise NativeError(f"llama.cpp could not load {config.model_path}")
+        self.model = model
+        self.vocab = C.llama_model_get_vocab(model)
+        self.n_vocab = int(C.llama_vocab_n_tokens(self.vocab))
+
+        cparams = C.llama_context_default_params()
+        cparams.n_ctx = config.kv_cells
+        cparams.n_batch = config.n_batch
+        cparams.n_ubatch = config.n_batch
+        cparams.n_seq_max = config.n_seq_max
+        cparams.n_threads = config.n_threads
+        cparams.n_threads_batch = config.n_threads
+        cparams.kv_unified = True  # one pool of cells: shared prefixes are stored once
+        cparams.swa_full = True  # sliding-window models keep every cell, so prefixes reuse
+        cparams.flash_attn_type = FLASH_ATTN[config.flash_attn]
+        cparams.type_k = KV_TYPES[config.type_k]
+        cparams.type_v = KV_TYPES[config.type_v]
+        cparams.no_perf = True
+        ctx = C.llama_init_from_model(model, cparams)
+        if not ctx:
+            C.llama_model_free(model)
+            raise NativeError("llama.cpp could not create a context (out of memory?)")
+        self.ctx = ctx
+        self.memory = C.llama_get_memory(ctx)
+        self.kv_cells = int(C.llama_n_ctx(ctx))
+        self.n_ctx_train = int(C.llama_model_n_ctx_train(model))
+        self.model_bytes = int(C.llama_model_size(model))
+        self._batch = C.llama_batch_init(config.n_batch, 0, 1)
+        self._piece = ctypes.create_string_buffer(256)
+
+    # --- tokens -----------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buffer = (C.llama_token * capacity)()
+        n = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, add_bos, special)
+        if n < 0:
+            raise NativeError("tokenisation failed")
+        return list(buffer[:n])
+
+    def piece(self, token: int) -> bytes:
+        n = C.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
+        if n < 0:  # never for real vocabularies (pieces are short), but do not read garbage
+            return b""
+        return self._piece.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        return (C.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", "replace")
+
+    def control_tokens(self) -> list[str]:
+        """The texts of the vocabulary's control tokens (Gemma 3 has ~6,000)."""
+        control = C.LLAMA_TOKEN_ATTR_CONTROL
+        return [
+            self.token_text(t)
+            for t in range(self.n_vocab)
+            if C.llama_vocab_get_attr(self.vocab, t) & control
+        ]
+
+    def metadata(self, key: str) -> str | None:
+        buffer = ctypes.create_string_buffer(1 << 16)
+        n = C.llama_model_meta_val_str(self.model, key.encode(), buffer, len(buffer))
+        if n < 0:
+            return None
+        if n >= len(buffer):  # long chat templates
+            buffer = ctypes.create_string_buffer(n + 1)
+            C.llama_model_meta_val_str(self.model, key.encode(), buffer, len(buffer))
+        return buffer.value.decode("utf-8", "replace")
+
+    @property
+    def bos(self) -> int:
+        return int(C.llama_vocab_bos(self.vocab))
+
+    @property
+    def eos(self) -> int:
+        return int(C.llama_vocab_eos(self.vocab))
+
+    @property
+    def offloaded(self) -> bool:
+        return self.config.n_gpu_layers != 0 and bool(C.llama_supports_gpu_offload())
+
+    def is_end(self, token: int) -> bool:
+        return bool(C.llama_vocab_is_eog(self.vocab, token))
+
+    # --- batches ----------------------------------------------------------------------------
+    def clear_batch(self) -> None:
+        self._batch.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
+        """Append one token to the batch; returns its index (where its logits will be)."""
+        b = self._batch
+        i = int(b.n_tokens)
+        b.token[i] = token
+        b.pos[i] = pos
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = seq
+        b.logits[i] = logits
+        b.n_tokens = i + 1
+        return i
+
+    @property
+    def batch_size(self) -> int:
+        return int(self._batch.n_tokens)
+
+    def decode(self) -> int:
+        """0 on success, 1 when the KV cache has no room, <0 on error."""
+        return int(C.llama_decode(self.ctx, self._batch))
+
+    # --- sequence memory --------------------------------------------------------------------
+    def seq_remove(self, seq: int, start: int = 0, end: int = -1) -> None:
+        C.llama_memory_seq_rm(self.memory, seq, start, end)
+
+    def seq_copy(self, source: int, target: int, end: int) -> None:
+        C.llama_memory_seq_cp(self.memory, source, target, 0, end)
+
+    def seq_state(self, seq: int) -> bytes:
+        size = int(C.llama_state_seq_get_size(self.ctx, seq))
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(C.llama_state_seq_get_data(self.ctx, buffer, size, seq))
+        return bytes(buffer[:written])
+
+    def set_seq_state(self, seq: int, state: bytes) -> bool:
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        return int(C.llama_state_seq_set_data(self.ctx, buffer, len(state), seq)) > 0
+
+    # --- sampling ---------------------------------------------------------------------------
+    def sampler(self, params: SamplingParams, grammar: str | None) -> Sampler:
+        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+
+        def add(sampler: Any) -> None:
+            C.llama_sampler_chain_add(chain, sampler)
+
+        if grammar is not None:
+            g = C.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
+            if not g:
+                C.llama_sampler_free(chain)
+                raise NativeError("the grammar could not be compiled")
+            add(g)
+        if params.has_penalties:
+            add(
+                C.llama_sampler_init_penalties(
+                    params.penalty_last_n,
+                    params.repeat_penalty,
+                    params.frequency_penalty,
+                    params.presence_penalty,
+                )
+            )
+        if params.temperature <= 0:
+            add(C.llama_sampler_init_greedy())
+        else:
+            if params.top_k > 0:
+                add(C.llama_sampler_init_top_k(params.top_k))
+            if params.top_p < 1:
+                add(C.llama_sampler_init_top_p(params.top_p, 1))
+            if params.min_p > 0:
+                add(C.llama_sampler_init_min_p(params.min_p, 1))
+            add(C.llama_sampler_init_temp(params.temperature))
+            seed = 0xFFFFFFFF if params.seed is None else params.seed & 0xFFFFFFFF
+            add(C.llama_sampler_init_dist(seed))
+        return Sampler(chain, self.ctx)
+
+    def close(self) -> None:
+        if self.ctx:
+            C.llama_batch_free(self._batch)
+            C.llama_free(self.ctx)
+            C.llama_model_free(self.model)
+            self.ctx = None
+
+
+class Sampler:
+    """A C sampler chain for one sequence; ``sample`` reads the logits at a batch index."""
+
+    def __init__(self, chain: Any, ctx: Any):
+        self._chain = chain
+        self._ctx = ctx
+
+    def sample(self, index: int) -> int:
+        return int(C.llama_sampler_sample(self._chain, self._ctx, index))  # also accepts it
+
+    def free(self) -> None:
+        if self._chain:
+            C.llama_sampler_free(self._chain)
+            self._chain = None

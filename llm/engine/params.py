@@ -1,0 +1,126 @@
+"""What a completion request asks for and what comes back, independent of any backend."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "cancelled", "deadline", "error"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling, done in C by a llama.cpp sampler chain.
+
+    ``temperature`` 0 is greedy. ``stop`` strings end the text and are never emitted.
+    """
+
+    max_tokens: int = 256
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    penalty_last_n: int = 64
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    @property
+    def has_penalties(self) -> bool:
+        return (
+            self.repeat_penalty != 1.0
+            or self.frequency_penalty != 0.0
+            or self.presence_penalty != 0.0
+        )
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """A prompt (text, tokenised by the backend) and how to continue it.
+
+    ``grammar`` is GBNF (see ``llm.engine.grammar`` for JSON schemas). ``cache_key`` names
+    a conversation whose KV state may be kept on disk between turns. ``deadline`` is a
+    ``time.monotonic()`` instant after which the request is abandoned.
+    """
+
+    prompt: str
+    params: SamplingParams = field(default_factory=SamplingParams)
+    grammar: str | None = None
+    cache_key: str | None = None
+    deadline: float | None = None
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.deadline is not None and (now or time.monotonic()) >= self.deadline
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: FinishReason
+    usage: Usage
+    model: str
+    error: str | None = None
+
+
+CompletionEvent = TextDelta | Finished
+
+
+class EngineError(Exception):
+    """A request that cannot be served; ``status`` is the HTTP status it maps to."""
+
+    status = 500
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+class Overloaded(EngineError):
+    status = 503
+
+    def __init__(self, detail: str, retry_after_s: int = 1):
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
+class ContextOverflow(EngineError):
+    status = 400
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, context_tokens: int):
+        super().__init__(
+            f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the "
+            f"model's context of {context_tokens} tokens"
+        )
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.context_tokens = context_tokens
+
+
+class InvalidRequest(EngineError):
+    status = 400
+
+
+class UnknownModel(EngineError):
+    status = 404
+
+
+class BackendFailed(EngineError):
+    status = 502

@@ -1,0 +1,144 @@
+"""Load a GGUF file into a running ``Engine`` with everything the app asks of a backend."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm.backend import BackendStats
+from llm.engine.channel import Completion
+from llm.engine.engine import Engine, EngineConfig, EngineObserver
+from llm.engine.kv_disk import KvDiskCache
+from llm.engine.params import CompletionRequest
+from llm.inert import Neutralizer
+from llm.prompt import ChatTemplateFormat, CompletionFormat, PromptFormat
+
+
+@dataclass(frozen=True)
+class LocalModelConfig:
+    name: str
+    path: Path
+    context_tokens: int = 4096
+    parallel: int = 8
+    kv_cells: int | None = None  # None: context_tokens * parallel / 2 (prefixes are shared)
+    n_batch: int = 512
+    prefill_chunk: int = 256
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] = ()
+    flash_attn: str = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    max_tokens_cap: int = 2048
+    max_waiting: int = 64
+    max_waiting_tokens: int = 65536
+    batch_invariant: bool = False
+    kv_disk_dir: Path | None = None
+    kv_disk_bytes: int = 0
+
+
+class LocalModel:
+    """A GGUF model served by Ragdesk's own continuous-batching engine."""
+
+    def __init__(self, config: LocalModelConfig, observer: EngineObserver | None = None):
+        from llm.engine.native import NativeConfig, NativeModel  # loads llama.cpp: on use
+
+        self.name = config.name
+        kv_cells = config.kv_cells or max(
+            config.context_tokens, config.context_tokens * config.parallel // 2
+        )
+        native = NativeModel(
+            NativeConfig(
+                model_path=config.path,
+                kv_cells=kv_cells,
+                n_seq_max=config.parallel + (1 if config.batch_invariant else 0),
+                n_batch=max(config.n_batch, config.prefill_chunk, config.parallel),
+                n_threads=config.n_threads or available_cpus(),
+                n_gpu_layers=config.n_gpu_layers,
+                main_gpu=config.main_gpu,
+                tensor_split=config.tensor_split,
+                flash_attn=config.flash_attn,
+                type_k=config.type_k,
+                type_v=config.type_v,
+            )
+        )
+        disk = None
+        if config.kv_disk_dir is not None and config.kv_disk_bytes > 0:
+            fingerprint = f"{config.path.name}:{config.path.stat().st_size}:{kv_cells}"
+            disk = KvDiskCache(
+                config.kv_disk_dir / config.name,
+                budget_bytes=config.kv_disk_bytes,
+                model_fingerprint=fingerprint,
+            )
+        self._disk = disk
+        self.engine = Engine(
+            native,
+            EngineConfig(
+                name=config.name,
+                context_tokens=config.context_tokens,
+                max_tokens_cap=config.max_tokens_cap,
+                prefill_chunk=config.prefill_chunk,
+                max_waiting=config.max_waiting,
+                max_waiting_tokens=config.max_waiting_tokens,
+                batch_invariant=config.batch_invariant,
+            ),
+            observer=observer,
+            disk=disk,
+        )
+        self.context_tokens = self.engine.context_tokens
+        self.device = "GPU" if native.offloaded else "CPU"
+        self.memory_bytes = native.model_bytes + kv_cells * _kv_bytes_per_cell(native)
+        self.prompt_format = _prompt_format(native)
+        self.native = native
+
+    def submit(self, request: CompletionRequest) -> Completion:
+        return self.engine.submit(request)
+
+    def count_tokens(self, text: str) -> int:
+        return self.engine.count_tokens(text)
+
+    def stats(self) -> BackendStats:
+        s = self.engine.stats()
+        return BackendStats(s.running, s.waiting, s.sequences, s.kv_cells_used, s.kv_cells)
+
+    @property
+    def idle(self) -> bool:
+        return self.engine.idle
+
+    def close(self) -> None:
+        self.engine.close()
+        if self._disk is not None:
+            self._disk.close()
+
+
+def _prompt_format(native: object) -> PromptFormat:
+    from llm.engine.native import NativeModel
+
+    assert isinstance(native, NativeModel)
+    inert = Neutralizer(native.control_tokens())
+    template = native.metadata("tokenizer.chat_template")
+    if not template:
+        return CompletionFormat(inert)
+    return ChatTemplateFormat(
+        template,
+        bos_token=native.token_text(native.bos),
+        eos_token=native.token_text(native.eos),
+        inert=inert,
+    )
+
+
+def _kv_bytes_per_cell(native: object) -> int:
+    """A rough figure for the memory budget: f16 K and V for every layer."""
+    from llama_cpp import llama_model_n_embd, llama_model_n_layer
+
+    model = native.model  # type: ignore[attr-defined]
+    return 2 * 2 * int(llama_model_n_layer(model)) * int(llama_model_n_embd(model)) // 2
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # respects taskset and container CPU sets
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
