@@ -10,12 +10,12 @@ import argparse
 import json
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from bench.corpus import stdlib_documents
-from llm.generator import GenerationRequest, LlamaConfig, LlamaGenerator
+from llm.engine.params import CompletionRequest, SamplingParams, TextDelta
+from llm.local import LocalModel, LocalModelConfig
 from llm.models import bundled_generator_model
 from llm.prompt import Source, build_prompt
 from retrieval.db import Database
@@ -68,12 +68,14 @@ def main() -> None:
             for name, text in stdlib_documents(args.documents)
         ]
         worker.ingest_many(ids)
-        generator = LlamaGenerator(LlamaConfig(bundled_generator_model(root / "models")))
+        model_path = bundled_generator_model(root / "models")
+        generator = LocalModel(LocalModelConfig(name="gemma", path=model_path))
         retriever = Retriever(embedder, index, store)
         rows = [
             measure(retriever, generator, QUESTIONS[i % len(QUESTIONS)], args.max_tokens)
             for i in range(args.questions)
         ]
+        generator.close()
     summary = {
         "chunks": index.count,
         "questions": len(rows),
@@ -91,7 +93,7 @@ def main() -> None:
 
 
 def measure(
-    retriever: Retriever, generator: LlamaGenerator, question: str, max_tokens: int
+    retriever: Retriever, generator: LocalModel, question: str, max_tokens: int
 ) -> dict[str, float]:
     result = retriever.search(question, 4)
     sources = [Source(n, h.title, h.page, h.text) for n, h in enumerate(result.hits, 1)]
@@ -103,13 +105,14 @@ def measure(
         token_budget=generator.context_tokens - max_tokens,
         count_tokens=generator.count_tokens,
     )
-    request = GenerationRequest(prompt.text, max_tokens=max_tokens, temperature=0.0)
+    request = CompletionRequest(prompt.text, SamplingParams(max_tokens=max_tokens, temperature=0))
     started = time.perf_counter()
     first = 0.0
     tokens = 0
-    for _ in generator.stream(request, threading.Event()):
-        tokens += 1
-        first = first or time.perf_counter()
+    for event in generator.submit(request):
+        if isinstance(event, TextDelta):
+            tokens += 1
+            first = first or time.perf_counter()
     finished = time.perf_counter()
     decode_s = max(finished - first, 1e-9)
     return {
