@@ -14,6 +14,7 @@ from typing import Protocol
 from llm.engine.channel import Completion
 from llm.engine.engine import EngineObserver
 from llm.engine.params import (
+    BackendStats,
     CompletionRequest,
     ContextOverflow,
     Finished,
@@ -22,15 +23,6 @@ from llm.engine.params import (
     Usage,
 )
 from llm.prompt import CompletionFormat, PromptFormat
-
-
-@dataclass(frozen=True)
-class BackendStats:
-    running: int
-    waiting: int
-    sequences: int
-    kv_cells_used: int
-    kv_cells: int
 
 
 class Backend(Protocol):

@@ -6,11 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.backend import BackendStats
 from llm.engine.channel import Completion
 from llm.engine.engine import Engine, EngineConfig, EngineObserver
 from llm.engine.kv_disk import KvDiskCache
-from llm.engine.params import CompletionRequest
+from llm.engine.params import BackendStats, CompletionRequest
 from llm.inert import Neutralizer
 from llm.prompt import ChatTemplateFormat, CompletionFormat, PromptFormat
 
@@ -100,8 +99,7 @@ class LocalModel:
         return self.engine.count_tokens(text)
 
     def stats(self) -> BackendStats:
-        s = self.engine.stats()
-        return BackendStats(s.running, s.waiting, s.sequences, s.kv_cells_used, s.kv_cells)
+        return self.engine.stats()
 
     @property
     def idle(self) -> bool:

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from llm.backend import BackendStats
 from llm.engine.channel import Completion
 from llm.engine.params import (
+    BackendStats,
     CompletionRequest,
     Finished,
     FinishReason,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from llm.engine.channel import Completion
 from llm.engine.kv_disk import KvDiskCache, SavedState
 from llm.engine.params import (
+    BackendStats,
     CompletionRequest,
     ContextOverflow,
     Finished,
@@ -58,15 +59,6 @@ class EngineObserver(Protocol):
     def token_gap(self, model: str, seconds: float) -> None: ...
     def finished(self, model: str, usage: Usage, reason: FinishReason) -> None: ...
     def rejected(self, model: str, reason: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    running: int
-    waiting: int
-    sequences: int
-    kv_cells_used: int
-    kv_cells: int
 
 
 @dataclass
@@ -160,10 +152,10 @@ class Engine:
             self._wake.notify()
         return seq.completion
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> BackendStats:
         with self._wake:
             running = sum(1 for s in self._slots if s.busy is not None)
-            return EngineStats(
+            return BackendStats(
                 running=running,
                 waiting=len(self._waiting),
                 sequences=len(self._slots),

@@ -68,6 +68,17 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class BackendStats:
+    """What a model is doing now (read by /metrics and the status bar)."""
+
+    running: int
+    waiting: int
+    sequences: int
+    kv_cells_used: int
+    kv_cells: int
+
+
+@dataclass(frozen=True)
 class TextDelta:
     text: str
 
