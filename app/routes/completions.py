@@ -29,6 +29,7 @@ from llm.engine.params import (
     TextDelta,
     Usage,
 )
+from llm.registry import Registry
 
 MAX_PROMPT_CHARS = 1_000_000
 Probability = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
@@ -86,9 +87,7 @@ class CompletionsApi(Controller):
         models = services.require_models()
         timeout = data.timeout_s or services.settings.request_timeout_s
         try:
-            request = await asyncio.to_thread(_request, data, time.monotonic() + timeout)
-            backend = await asyncio.to_thread(models.get, data.model)
-            completion = await asyncio.to_thread(backend.submit, request)
+            completion = await asyncio.to_thread(_submit, models, data, time.monotonic() + timeout)
             first = await completion.first()
         except EngineError as exc:
             raise from_engine(exc) from exc
@@ -97,6 +96,11 @@ class CompletionsApi(Controller):
         if data.stream:
             return ServerSentEvent(_events(completion))
         return await _collect(completion)
+
+
+def _submit(models: Registry, data: CompletionIn, deadline: float) -> Completion:
+    """Off the event loop, in one hop: grammar compilation, model loading, tokenisation."""
+    return models.get(data.model).submit(_request(data, deadline))
 
 
 def _request(data: CompletionIn, deadline: float) -> CompletionRequest:

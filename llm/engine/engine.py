@@ -1,10 +1,11 @@
 """Continuous batching over one llama.cpp context: the engine thread and its scheduler.
 
-One thread per loaded model owns a ``NativeModel``. Each step puts into a single
-``llama_decode`` the next token of every generating sequence, then fills what is left
-of the batch with chunks of prompts being prefilled, so a long prompt never stalls the
-running streams for its whole prefill. New requests join between steps. Callers only
-touch ``submit`` (tokenise, admission checks, enqueue) and their ``Completion``.
+One thread per loaded model owns a ``NativeModel``. Each step decodes the next token of
+every generating sequence in a single ``llama_decode``, then prefills up to
+``prefill_chunk`` prompt tokens, oldest request first, one chunk per call: a burst of new
+prompts gets its first tokens out quickly, and a long prompt never stalls the running
+streams for more than one chunk. New requests join between steps and between chunks.
+Callers only touch ``submit`` (tokenise, admission checks, enqueue) and their ``Completion``.
 """
 
 from __future__ import annotations
@@ -192,13 +193,18 @@ class Engine:
             self._fail_everything("the model was unloaded")
 
     def _next_round(self) -> bool:
-        """Admit waiting requests into free slots; block while there is nothing to do."""
+        """Block while there is nothing to do; then admit what waits."""
         with self._wake:
             while not self._closing and not self._waiting and not self._running():
                 self._wake.wait()
             if self._closing:
                 return False
-            admitted = []
+        self._admit()
+        return True
+
+    def _admit(self) -> None:
+        """Seat waiting requests in free slots (between steps and between prefill chunks)."""
+        with self._wake:
             while self._waiting and any(s.busy is None for s in self._slots):
                 seq = self._waiting.popleft()
                 self._waiting_tokens -= len(seq.prompt)
@@ -207,8 +213,6 @@ class Engine:
                     self._finish(seq, reason, "the request expired before it started")
                     continue
                 self._seat(seq)
-                admitted.append(seq)
-        return True
 
     def _running(self) -> list[_Seq]:
         return [s.busy for s in self._slots if s.busy is not None]
@@ -263,13 +267,22 @@ class Engine:
                 self._finish(seq, "cancelled")
             elif seq.request.expired(now):
                 self._finish(seq, "deadline", "the request ran past its deadline")
-        running = self._running()
-        decoding = [s for s in running if s.next_token is not None]
+        decoding = [s for s in self._running() if s.next_token is not None]
         if decoding:
             self._decode_step(decoding)
-        prefilling = [s for s in self._running() if s.prefilling]
-        if prefilling:
-            self._prefill_step(min(prefilling, key=lambda s: s.submitted))
+        self._prefill_round()
+
+    def _prefill_round(self) -> None:
+        """Prefill up to ``prefill_chunk`` tokens before the next decode step, oldest prompt
+        first, one chunk per ``llama_decode`` so each prompt's first token leaves as soon as
+        its own prefill ends. Requests that arrive meanwhile join the round."""
+        spent = 0
+        while spent < self.config.prefill_chunk:
+            prefilling = [s for s in self._running() if s.prefilling]
+            if not prefilling:
+                return
+            spent += self._prefill_chunk(min(prefilling, key=lambda s: s.submitted))
+            self._admit()
 
     def _decode_step(self, seqs: list[_Seq]) -> None:
         """One token for every generating sequence, in one ``llama_decode``."""
@@ -292,26 +305,29 @@ class Engine:
             seq.slot.tokens.append(seq.next_token)
             self._accept(seq, seq.sampler.sample(row))
 
-    def _prefill_step(self, seq: _Seq) -> None:
-        """The next chunk of one prompt, in its own ``llama_decode``.
+    def _prefill_chunk(self, seq: _Seq) -> int:
+        """The next chunk of one prompt, in its own ``llama_decode``; returns its length.
 
         Prompts are never mixed in one batch, and chunks start at fixed offsets: llama.cpp's
-        CPU attention rounds differently depending on a row's place in the batch, and this
+        CPU kernels round differently depending on a row's place in the batch, and this
         keeps a prompt's KV (hence greedy output) the same whatever else is running.
         """
         assert seq.slot is not None
         n = self.native
         n.clear_batch()
-        end = min(len(seq.prompt), seq.done + self.config.prefill_chunk)
+        chunk = self.config.prefill_chunk
+        end = min(len(seq.prompt), (seq.done // chunk + 1) * chunk)
         for i in range(seq.done, end):
             n.add(seq.prompt[i], i, seq.slot.seq_id, i == len(seq.prompt) - 1)
+        size = end - seq.done
         if not self._decode([seq]):
-            return
+            return size
         seq.slot.tokens.extend(seq.prompt[seq.done : end])
         seq.done = end
         seq.slot.prefilled = end
         if not seq.prefilling:
             self._accept(seq, seq.sampler.sample(n.batch_size - 1))
+        return size
 
     def _decode(self, batch: list[_Seq]) -> bool:
         """Run the batch; when the KV cache is full, drop idle caches, then the newest

@@ -30,6 +30,33 @@ class NativeError(RuntimeError):
     pass
 
 
+def _keeping_gil(*names: str) -> Any:
+    """The given llama.cpp functions, called without releasing the GIL.
+
+    ctypes drops the GIL around every call into a ``CDLL`` and takes it back afterwards.
+    The engine thread makes a few short calls per token (sample, piece, end-of-generation
+    check); each time it waits for the GIL behind the event loop thread, up to the
+    interpreter's switch interval (5 ms), which cost the engine ~10 % of its throughput
+    under HTTP load. These calls take microseconds to a fraction of a millisecond, so they
+    keep the GIL; ``llama_decode`` (milliseconds to seconds) and tokenisation release it.
+    """
+    released = C.llama_cpp._lib
+    keeping = ctypes.PyDLL(released._name, handle=released._handle)
+    for name in names:
+        function, original = getattr(keeping, name), getattr(released, name)
+        function.argtypes, function.restype = original.argtypes, original.restype
+    return keeping
+
+
+_fast = _keeping_gil(
+    "llama_sampler_sample",
+    "llama_token_to_piece",
+    "llama_vocab_is_eog",
+    "llama_memory_seq_rm",
+    "llama_memory_seq_cp",
+)
+
+
 @dataclass(frozen=True)
 class NativeConfig:
     model_path: Path
@@ -102,7 +129,7 @@ class NativeModel:
         return list(buffer[:n])
 
     def piece(self, token: int) -> bytes:
-        n = C.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
+        n = _fast.llama_token_to_piece(self.vocab, token, self._piece, len(self._piece), 0, False)
         if n < 0:  # never for real vocabularies (pieces are short), but do not read garbage
             return b""
         return self._piece.raw[:n]
@@ -142,7 +169,7 @@ class NativeModel:
         return self.config.n_gpu_layers != 0 and bool(C.llama_supports_gpu_offload())
 
     def is_end(self, token: int) -> bool:
-        return bool(C.llama_vocab_is_eog(self.vocab, token))
+        return bool(_fast.llama_vocab_is_eog(self.vocab, token))
 
     # --- batches ----------------------------------------------------------------------------
     def clear_batch(self) -> None:
@@ -170,10 +197,10 @@ class NativeModel:
 
     # --- sequence memory --------------------------------------------------------------------
     def seq_remove(self, seq: int, start: int = 0, end: int = -1) -> None:
-        C.llama_memory_seq_rm(self.memory, seq, start, end)
+        _fast.llama_memory_seq_rm(self.memory, seq, start, end)
 
     def seq_copy(self, source: int, target: int, end: int) -> None:
-        C.llama_memory_seq_cp(self.memory, source, target, 0, end)
+        _fast.llama_memory_seq_cp(self.memory, source, target, 0, end)
 
     def seq_state(self, seq: int) -> bytes:
         size = int(C.llama_state_seq_get_size(self.ctx, seq))
@@ -237,7 +264,7 @@ class Sampler:
         self._ctx = ctx
 
     def sample(self, index: int) -> int:
-        return int(C.llama_sampler_sample(self._chain, self._ctx, index))  # also accepts it
+        return int(_fast.llama_sampler_sample(self._chain, self._ctx, index))  # also accepts it
 
     def free(self) -> None:
         if self._chain:
