@@ -12,8 +12,8 @@
    is sent: warm (its prefix is cached) and cold (a unique nonce first, so nothing
    matches). Bar: warm TTFT ≤ 0.2× cold, medians of ``--repeats``.
 3. SSE. Decode tokens/s of one 256-token stream over HTTP vs the same request through the
-   engine in-process (in a fresh process, server stopped). Bar: HTTP ≥ 0.95× in-process,
-   medians.
+   engine in-process (in a fresh process, alongside the idle server), the two alternating.
+   Bar: HTTP ≥ 0.95× in-process, medians.
 
 Every prompt starts with its own word, so no two share a prefix beyond BOS.
 """
@@ -209,16 +209,12 @@ def main() -> None:
             stream(server.url, warm_up, CONCURRENCY_TOKENS)
             ragdesk = [Round.of(http_round(server.url, prompts)) for prompts in rounds]
             follow_ups = [follow_up(server.url, follow_up_base) for _ in range(args.repeats)]
-            http_sse = [
-                sse_stream(lambda: stream(server.url, SSE_PROMPT, SSE_TOKENS))
-                for _ in range(args.repeats)
-            ]
+            http_sse, in_process = compare_sse(server.url, model, args.repeats)
         except Exception:
             print_log_tail(server.log_path)
             raise
         finally:
             server.stop()
-    in_process = run_in_process(model, args.repeats)
     print(f"## Serving: continuous batching, prefix cache, SSE ({machine()})\n")
     print(
         f"Load average when the run started: {load_at_start:.2f} (anything else busy skews it).\n"
@@ -415,42 +411,60 @@ def sse_stream(run: Callable[[], Stream]) -> Stream:
     return result
 
 
-def run_in_process(model: Path, repeats: int) -> list[Stream]:
-    """The engine in a fresh process: once a high-level ``Llama`` has been loaded and closed
-    in a process, a new llama.cpp context there decodes ~20 % slower (measured on 2 cores),
-    which would flatter the HTTP / in-process ratio."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(engine_streams, model, repeats).result()
+def compare_sse(url: str, model: Path, repeats: int) -> tuple[list[Stream], list[Stream]]:
+    """HTTP and in-process runs alternate, so drift on a shared machine hits both alike.
+
+    The in-process engine lives in a fresh process (started while the server idles): once a
+    high-level ``Llama`` has been loaded and closed in a process, a new llama.cpp context
+    there decodes ~20 % slower (measured on 2 cores), which would flatter the ratio.
+    """
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        1, mp_context=spawn, initializer=load_engine, initargs=(model,)
+    ) as pool:
+        try:
+            pool.submit(engine_stream).result()  # warm-up, as the server had its own
+            http, local = [], []
+            for _ in range(repeats):
+                http.append(sse_stream(lambda: stream(url, SSE_PROMPT, SSE_TOKENS)))
+                local.append(sse_stream(pool.submit(engine_stream).result))
+            return http, local
+        finally:
+            pool.submit(close_engine).result()
 
 
-def engine_streams(model: Path, repeats: int) -> list[Stream]:
-    from llm.engine.params import CompletionRequest, Finished, SamplingParams, TextDelta
+_engine: Any = None  # the in-process engine, in the worker process only
+
+
+def load_engine(model: Path) -> None:
     from llm.local import LocalModel, LocalModelConfig
 
-    local = LocalModel(LocalModelConfig(name="gemma", path=model, context_tokens=4096, parallel=8))
+    global _engine
+    _engine = LocalModel(LocalModelConfig(name="gemma", path=model, context_tokens=4096))
 
-    def once() -> Stream:
-        params = SamplingParams(max_tokens=SSE_TOKENS, temperature=0)
-        result = Stream(submitted=time.perf_counter())
-        for event in local.submit(CompletionRequest(SSE_PROMPT, params)):
-            if isinstance(event, TextDelta):
-                result.token_times.append(time.perf_counter())
-                result.text += event.text
-            elif isinstance(event, Finished):
-                result.finished = time.perf_counter()
-                result.finish_reason = event.reason
-                result.tokens = event.usage.completion_tokens
-                result.prompt_tokens = event.usage.prompt_tokens
-                result.cached_tokens = event.usage.cached_tokens
-                if event.error:
-                    raise Misbehaved(f"engine error: {event.error}")
-        return result
 
-    try:
-        once()  # warm-up, as the server had its own
-        return [sse_stream(once) for _ in range(repeats)]
-    finally:
-        local.close()
+def close_engine() -> None:
+    _engine.close()
+
+
+def engine_stream() -> Stream:
+    from llm.engine.params import CompletionRequest, Finished, SamplingParams, TextDelta
+
+    params = SamplingParams(max_tokens=SSE_TOKENS, temperature=0)
+    result = Stream(submitted=time.perf_counter())
+    for event in _engine.submit(CompletionRequest(SSE_PROMPT, params)):
+        if isinstance(event, TextDelta):
+            result.token_times.append(time.perf_counter())
+            result.text += event.text
+        elif isinstance(event, Finished):
+            result.finished = time.perf_counter()
+            result.finish_reason = event.reason
+            result.tokens = event.usage.completion_tokens
+            result.prompt_tokens = event.usage.prompt_tokens
+            result.cached_tokens = event.usage.cached_tokens
+            if event.error:
+                raise Misbehaved(f"engine error: {event.error}")
+    return result
 
 
 # --- report --------------------------------------------------------------------------------
