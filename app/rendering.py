@@ -1,31 +1,21 @@
-"""Turning stored text into safe HTML: everything is escaped, citations become links."""
+"""Turning stored text into safe HTML: answers are sanitised markdown, the rest is escaped."""
 
 from __future__ import annotations
 
-import re
 from html import escape
 
 from markupsafe import Markup
 
 from app.conversations import Message
-from llm.citations import MARKER
+from app.markdown import render_markdown
+
+STOPPED_MARKER = "(stopped)"  # how a cut-short answer ends (app/chat.py stores it)
 
 
 def render_answer(message: Message) -> Markup:
-    """Escape the answer, then link each valid ``[n]`` to the cited passage."""
-    by_number = {c.number: c for c in message.citations}
-    escaped = escape(message.content)
-
-    def link(match: re.Match[str]) -> str:
-        citation = by_number.get(int(match.group(1)))
-        if citation is None:
-            return match.group(0)
-        return (
-            f'<a class="cite" href="{escape(citation.url)}" target="_blank" rel="noopener" '
-            f'title="{escape(citation.title)}, page {citation.page}">[{citation.number}]</a>'
-        )
-
-    return Markup(MARKER.sub(link, escaped))  # noqa: S704 - built from escaped text only
+    """The answer's markdown as sanitised HTML, each valid ``[n]`` linked to its passage."""
+    cite = {c.number: (c.url, f"{c.title}, page {c.page}") for c in message.citations}
+    return render_markdown(message.content, cite, stopped_marker=STOPPED_MARKER)
 
 
 def highlight_passage(page_text: str, start: int | None, end: int | None) -> Markup:

@@ -65,6 +65,43 @@
     htmx.trigger("#upload-form", "submit");
   });
 
+  // Code blocks in answers get a Copy button (added here: answers hold no script or buttons).
+  function copyText(text) {
+    if (navigator.clipboard && window.isSecureContext) { return navigator.clipboard.writeText(text); }
+    var area = document.createElement("textarea");  // plain-http fallback
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "offscreen";
+    document.body.appendChild(area);
+    area.select();
+    var copied = document.execCommand("copy");
+    area.remove();
+    return copied ? Promise.resolve() : Promise.reject(new Error("copy refused"));
+  }
+  function addCopyButtons(root) {
+    var blocks = (root.querySelectorAll ? root : document).querySelectorAll(".markdown pre");
+    Array.prototype.forEach.call(blocks, function (pre) {
+      if (pre.querySelector(".copy-code")) { return; }
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = "copy-code";
+      button.textContent = "Copy";
+      button.setAttribute("aria-label", "Copy code");
+      pre.appendChild(button);
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest(".copy-code");
+    if (!button) { return; }
+    var code = button.parentElement.querySelector("code");
+    copyText(code ? code.textContent : "").then(
+      function () { button.textContent = "Copied"; },
+      function () { button.textContent = "Copy failed"; }
+    );
+    window.setTimeout(function () { button.textContent = "Copy"; }, 2000);
+  });
+  htmx.onLoad(addCopyButtons);
+
   // The document viewer scrolls the cited passage into view.
   document.addEventListener("DOMContentLoaded", function () {
     var passage = document.getElementById("passage");

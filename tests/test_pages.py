@@ -125,3 +125,33 @@ def test_htmx_errors_render_the_error_partial(client: TestClient[Any]) -> None:
     assert 'role="alert"' in response.text and "<html" not in response.text
     page = client.get("/c/424242")
     assert page.status_code == 404 and "<html" in page.text
+
+
+def test_final_answer_is_sanitised_markdown_in_the_stream_and_on_reload(
+    client: TestClient[Any],
+) -> None:
+    created = upload(client, ("canteen.md", b"# Canteen\n\nThe canteen opens at noon.")).json()
+    wait_indexed(client, created["documents"][0]["id"])
+    fake_model(client).enqueue(
+        [
+            "Opening:\n\n",
+            "- **noon** [1]\n",
+            "- ",
+            HOSTILE,
+            "\n\n",
+            "```\nopen()\n```\n",
+            "[x](javascript:alert(1))",
+        ]
+    )
+    turn = client.post("/ui/ask", data={"message": "When does the canteen open?"})
+    question_id = int(re.search(r"/ui/answers/(\d+)/stream", turn.text).group(1))  # type: ignore[union-attr]
+    events = sse_events(client.get(f"/ui/answers/{question_id}/stream").text)
+    name, done = events[-1]
+    assert name == "done"
+    page = client.get(turn.headers["hx-push-url"]).text
+    for html in (done, page):
+        assert '<li><strong>noon</strong> <a class="cite"' in html
+        assert "<pre><code>open()\n</code></pre>" in html
+        assert injected_markup(html) == []
+        assert "javascript:" not in html.replace("[x](javascript:alert(1))", "")
+    assert all("<img" not in data for _, data in events)
