@@ -16,6 +16,7 @@ from app.rendering import render_answer
 from app.routes.api import ChatApi, DocumentsApi, SearchApi
 from app.routes.completions import CompletionsApi
 from app.routes.health import live, ready
+from app.routes.openai import openai_router
 from app.routes.pages import Pages, Partials
 from app.services import services_lifespan
 from app.settings import Settings
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             SearchApi,
             ChatApi,
             CompletionsApi,
+            openai_router,
             metrics_endpoint,
             create_static_files_router(path="/static", directories=[settings.static_dir]),
         ],

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from llm.chat_format import ChatTemplate
 from llm.engine.channel import Completion
 from llm.engine.engine import EngineObserver
 from llm.engine.params import (
@@ -65,6 +66,7 @@ class FakeBackend:
     memory_bytes: int = 0
     observer: EngineObserver | None = None
     prompt_format: PromptFormat = field(default_factory=CompletionFormat)
+    chat_template: ChatTemplate | None = None  # set one to test template rendering
     history: list[CompletionRequest] = field(default_factory=list)
     _scripted: deque[list[str]] = field(default_factory=deque)
     _running: int = 0

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm.chat_format import ChatTemplate
 from llm.engine.channel import Completion
 from llm.engine.engine import Engine, EngineConfig, EngineObserver
 from llm.engine.kv_disk import KvDiskCache
@@ -90,6 +91,7 @@ class LocalModel:
         self.device = "GPU" if native.offloaded else "CPU"
         self.memory_bytes = native.model_bytes + kv_cells * _kv_bytes_per_cell(native)
         self.prompt_format = _prompt_format(native)
+        self.chat_template = _chat_template(native)  # for /v1/chat/completions
         self.native = native
 
     def submit(self, request: CompletionRequest) -> Completion:
@@ -125,6 +127,16 @@ def _prompt_format(native: object) -> PromptFormat:
         eos_token=native.token_text(native.eos),
         inert=inert,
     )
+
+
+def _chat_template(native: object) -> ChatTemplate | None:
+    from llm.engine.native import NativeModel
+
+    assert isinstance(native, NativeModel)
+    template = native.metadata("tokenizer.chat_template")
+    if not template:
+        return None
+    return ChatTemplate(template, native.token_text(native.bos), native.token_text(native.eos))
 
 
 def _kv_bytes_per_cell(native: object) -> int:
