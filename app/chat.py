@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from app.conversations import Citation, Conversation, Conversations, Message
 from app.errors import NotFound, UnprocessableInput, from_engine
+from app.stopping import RunningAnswers, StopRequested, stopped_text
 from llm.backend import Backend
 from llm.citations import attribute, cited_numbers
 from llm.engine.params import (
@@ -87,6 +88,7 @@ class ChatService:
         self.models = models
         self.config = config
         self._answering: set[int] = set()
+        self.running = RunningAnswers()  # what the Stop button can cancel
 
     def ask(self, question: str, conversation_id: int | None) -> tuple[Conversation, Message]:
         """Record the question (in a new conversation unless one is given)."""
@@ -117,11 +119,22 @@ class ChatService:
             async with aclosing(self._generate(question, left)) as events:
                 async for event in events:
                     yield event
+        except StopRequested:  # the Stop button: store what was said and show it at once
+            partial, left.partial = left.partial or "", None
+            yield DoneEvent(await self._save(question, stopped_text(partial), ()))
         finally:
+            self.running.forget(question.id)
             if left.partial is None:
                 self._answering.discard(question.id)
             else:  # the client left: keep what was said, marked as cut short
                 self._save_stopped(question, left.partial)
+
+    def stop(self, question_id: int) -> bool:
+        """Stop generating the answer to a question; False when none is being generated."""
+        if question_id not in self._answering:
+            return False
+        self.running.stop(question_id)
+        return True
 
     def _save_stopped(self, question: Message, partial: str) -> None:
         """Store a cut-short answer without awaiting (a closing generator must not wait for
@@ -166,7 +179,9 @@ class ChatService:
             deadline=time.monotonic() + self.config.timeout_s,
         )
         try:
-            completion = await asyncio.to_thread(backend.submit, request)
+            completion = self.running.track(
+                question.id, await asyncio.to_thread(backend.submit, request)
+            )
         except EngineError as exc:
             raise from_engine(exc) from exc
         guard = RepetitionGuard()

@@ -8,14 +8,13 @@ from markupsafe import Markup
 
 from app.conversations import Message
 from app.markdown import render_markdown
-
-STOPPED_MARKER = "(stopped)"  # how a cut-short answer ends (app/chat.py stores it)
+from app.stopping import STOPPED
 
 
 def render_answer(message: Message) -> Markup:
     """The answer's markdown as sanitised HTML, each valid ``[n]`` linked to its passage."""
     cite = {c.number: (c.url, f"{c.title}, page {c.page}") for c in message.citations}
-    return render_markdown(message.content, cite, stopped_marker=STOPPED_MARKER)
+    return render_markdown(message.content, cite, stopped_marker=STOPPED)
 
 
 def highlight_passage(page_text: str, start: int | None, end: int | None) -> Markup:

@@ -12,6 +12,22 @@
     if (closer) { closer.closest("dialog").close(); }
   });
 
+  // Escape stops the answer being written (an open dialog closes first, natively).
+  function stopAnswer() {
+    var stop = document.querySelector("article.streaming .stop-button:not([disabled])");
+    if (stop) { stop.click(); }
+    return !!stop;
+  }
+  document.addEventListener("click", function (event) {  // after htmx sent the request
+    var stop = event.target.closest(".stop-button");
+    if (stop) { stop.disabled = true; stop.textContent = "Stopping…"; }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && !document.querySelector("dialog[open]") && stopAnswer()) {
+      event.preventDefault();
+    }
+  });
+
   // Enter sends, Shift+Enter inserts a newline.
   document.addEventListener("keydown", function (event) {
     if (event.target.id === "question" && event.key === "Enter" && !event.shiftKey) {
@@ -48,6 +64,7 @@
   // Errors from htmx requests: the server sends an escaped _error.html partial.
   document.addEventListener("htmx:responseError", function (event) {
     var toast = $("#toast");
+    if (event.detail.elt.hasAttribute("data-quiet-errors")) { return; }  // e.g. Stop after the end
     if (!toast) { return; }
     htmx.swap(toast, event.detail.xhr.responseText, { swapStyle: "innerHTML" });
     toast.classList.add("visible");

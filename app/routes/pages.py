@@ -166,6 +166,12 @@ class Partials(Controller):
             raise NotFound("no such question")
         return ServerSentEvent(html_events(chat, question, request))
 
+    @post("/questions/{question_id:int}/stop", status_code=204)
+    async def stop_answer(self, question_id: RowId, chat: ChatService) -> None:
+        """The Stop button: the stream then ends with the partial answer, marked stopped."""
+        if not chat.stop(question_id):
+            raise NotFound("no answer to that question is being written")
+
     @get("/messages/{message_id:int}/sources")
     async def sources(self, message_id: RowId, services: Services) -> Template:
         message = await asyncio.to_thread(services.conversations.message, message_id)
