@@ -7,9 +7,16 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from app.conversations import Citation, Conversation, Conversations, Message
+from app.conversations import (
+    Citation,
+    Conversation,
+    Conversations,
+    Message,
+    ShownSource,
+    TurnContext,
+)
 from app.errors import NotFound, UnprocessableInput, from_engine
 from app.stopping import RunningAnswers, StopRequested, stopped_text
 from llm.backend import Backend
@@ -64,6 +71,7 @@ class _Left:
     """What had been said when the client left mid-answer (None: it did not leave)."""
 
     partial: str | None = None
+    context: TurnContext | None = None
 
 
 def clean_question(raw: str) -> str:
@@ -127,7 +135,7 @@ class ChatService:
             if left.partial is None:
                 self._answering.discard(question.id)
             else:  # the client left: keep what was said, marked as cut short
-                self._save_stopped(question, left.partial)
+                self._save_stopped(question, left.partial, left.context)
 
     def stop(self, question_id: int) -> bool:
         """Stop generating the answer to a question; False when none is being generated."""
@@ -136,13 +144,13 @@ class ChatService:
         self.running.stop(question_id)
         return True
 
-    def _save_stopped(self, question: Message, partial: str) -> None:
+    def _save_stopped(self, question: Message, partial: str, context: TurnContext | None) -> None:
         """Store a cut-short answer without awaiting (a closing generator must not wait for
         the database); the question counts as being answered until it is stored, so a
         reconnect in between cannot start a second generation."""
         text = f"{partial} …(stopped)" if partial else "(stopped)"
         future = asyncio.get_running_loop().run_in_executor(
-            None, self.conversations.add_answer, question, text
+            None, self.conversations.add_answer, question, text, (), context
         )
 
         def stored(done: asyncio.Future[Message]) -> None:
@@ -164,10 +172,9 @@ class ChatService:
             yield TokenEvent(NOTHING_FOUND)
             yield DoneEvent(await self._save(question, NOTHING_FOUND, ()))
             return
-        sources = [Source(n, hit.title, hit.page, hit.text) for n, hit in enumerate(hits, 1)]
         key = f"conversation:{question.conversation_id}"
         backend = await asyncio.to_thread(self.models.get, self.config.model, key)
-        prompt = await asyncio.to_thread(self._prompt, backend, question, sources)
+        prompt, shown = await asyncio.to_thread(self._prompt, backend, question, hits)
         request = CompletionRequest(
             prompt=prompt.text,
             params=SamplingParams(
@@ -199,16 +206,31 @@ class ChatService:
         finally:
             if not completed:  # the client left (leaving the loop cancelled the request)
                 left.partial = guard.text.strip()
-        answer = attribute(guard.text.strip(), prompt.sources)
-        numbers = cited_numbers(answer, len(prompt.sources))
-        citations = tuple(_citation(n, hits[n - 1]) for n in numbers)
-        yield DoneEvent(await self._save(question, answer or "(no answer)", citations))
+                left.context = _context(prompt, shown, guard.text)
+        answer = attribute(guard.text.strip(), prompt.relevant)
+        numbers = cited_numbers(answer, prompt.citable)
+        citations = tuple(replace(shown[prompt.citable[n].key], number=n) for n in numbers)
+        context = _context(prompt, shown, guard.text)
+        yield DoneEvent(await self._save(question, answer or "(no answer)", citations, context))
 
-    def _prompt(self, backend: Backend, question: Message, sources: list[Source]) -> Prompt:
-        history = self._history(question)
+    def _prompt(
+        self, backend: Backend, question: Message, hits: list[Hit]
+    ) -> tuple[Prompt, dict[int, Citation]]:
+        """This turn's prompt after the earlier turns, and what every source it can cite
+        points at (by chunk id)."""
+        turns = self.conversations.turns_before(question)
+        history = [_turn(asked, answered) for asked, answered in turns]
+        shown = {
+            s.citation.chunk_id: s.citation
+            for _, answered in turns
+            if answered.context
+            for s in answered.context.sources
+        }
+        shown.update((hit.chunk_id, _citation(0, hit)) for hit in hits)
+        sources = [Source(0, hit.title, hit.page, hit.text, key=hit.chunk_id) for hit in hits]
         budget = backend.context_tokens - self.config.max_answer_tokens
         try:
-            return build_prompt(
+            prompt = build_prompt(
                 backend.prompt_format,
                 question=question.content,
                 sources=sources,
@@ -218,15 +240,37 @@ class ChatService:
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc
-
-    def _history(self, question: Message) -> list[Turn]:
-        turns = self.conversations.turns_before(question)
-        return [Turn(asked.content, answered.content) for asked, answered in turns]
+        return prompt, shown
 
     async def _save(
-        self, question: Message, answer: str, citations: tuple[Citation, ...]
+        self,
+        question: Message,
+        answer: str,
+        citations: tuple[Citation, ...],
+        context: TurnContext | None = None,
     ) -> Message:
-        return await asyncio.to_thread(self.conversations.add_answer, question, answer, citations)
+        return await asyncio.to_thread(
+            self.conversations.add_answer, question, answer, citations, context
+        )
+
+
+def _turn(asked: Message, answered: Message) -> Turn:
+    """An earlier turn as the model saw it (answers from before m005 have no context)."""
+    context = answered.context
+    if context is None:
+        return Turn(asked.content, answered.content)
+    sources = tuple(
+        Source(s.citation.number, s.citation.title, s.citation.page, s.text, s.citation.chunk_id)
+        for s in context.sources
+    )
+    return Turn(asked.content, context.answer, sources, context.refers)
+
+
+def _context(prompt: Prompt, shown: dict[int, Citation], generated: str) -> TurnContext:
+    listed = tuple(
+        ShownSource(replace(shown[s.key], number=s.number), s.text) for s in prompt.turn.sources
+    )
+    return TurnContext(generated, listed, prompt.turn.refers)
 
 
 def _citation(number: int, hit: Hit) -> Citation:

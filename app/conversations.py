@@ -29,6 +29,44 @@ class Citation:
 
 
 @dataclass(frozen=True)
+class ShownSource:
+    """A source as the model was shown it (its text may have been shortened to fit)."""
+
+    citation: Citation
+    text: str
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """What the model saw and said for one answer, so the next turn's prompt can repeat it
+    verbatim: the exact generated text, the sources first listed with this turn, and the
+    numbers of earlier sources it referred to again."""
+
+    answer: str
+    sources: tuple[ShownSource, ...] = ()
+    refers: tuple[int, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "answer": self.answer,
+                "sources": [
+                    {"citation": s.citation.__dict__, "text": s.text} for s in self.sources
+                ],
+                "refers": list(self.refers),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: str) -> TurnContext:
+        data = json.loads(raw)
+        sources = tuple(
+            ShownSource(Citation(**s["citation"]), s["text"]) for s in data.get("sources", [])
+        )
+        return cls(str(data["answer"]), sources, tuple(int(n) for n in data.get("refers", [])))
+
+
+@dataclass(frozen=True)
 class Message:
     id: int
     conversation_id: int
@@ -37,10 +75,12 @@ class Message:
     citations: tuple[Citation, ...]
     created_at: float
     reply_to: int | None = None
+    context: TurnContext | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Message:
         citations = tuple(Citation(**c) for c in json.loads(row["citations"] or "[]"))
+        context = row.get("context")
         return cls(
             id=row["id"],
             conversation_id=row["conversation_id"],
@@ -49,6 +89,7 @@ class Message:
             citations=citations,
             created_at=row["created_at"],
             reply_to=row["reply_to"],
+            context=TurnContext.from_json(context) if context else None,
         )
 
 
@@ -89,9 +130,15 @@ class Conversations:
         return self._add(conversation_id, "user", content, (), reply_to=None)
 
     def add_answer(
-        self, question: Message, content: str, citations: tuple[Citation, ...] = ()
+        self,
+        question: Message,
+        content: str,
+        citations: tuple[Citation, ...] = (),
+        context: TurnContext | None = None,
     ) -> Message:
-        return self._add(question.conversation_id, "assistant", content, citations, question.id)
+        return self._add(
+            question.conversation_id, "assistant", content, citations, question.id, context
+        )
 
     def _add(
         self,
@@ -100,21 +147,25 @@ class Conversations:
         content: str,
         citations: tuple[Citation, ...],
         reply_to: int | None,
+        context: TurnContext | None = None,
     ) -> Message:
         now = time.time()
         payload = json.dumps([c.__dict__ for c in citations])
+        shown = context.to_json() if context else None
         with self.db.write() as db:
             cursor = db.execute(
                 "INSERT INTO messages"
-                " (conversation_id, role, content, citations, created_at, reply_to)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [conversation_id, role, content, payload, now, reply_to],
+                " (conversation_id, role, content, citations, created_at, reply_to, context)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [conversation_id, role, content, payload, now, reply_to, shown],
             )
             db.execute(
                 "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
             )
         message_id = int(cursor.lastrowid or 0)
-        return Message(message_id, conversation_id, role, content, citations, now, reply_to)
+        return Message(
+            message_id, conversation_id, role, content, citations, now, reply_to, context
+        )
 
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self.db.read().query(

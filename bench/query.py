@@ -20,6 +20,7 @@ from llm.models import bundled_generator_model
 from llm.prompt import Source, build_prompt
 from retrieval.db import Database
 from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
+from retrieval.index import FaissIndex
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
 from retrieval.search import Retriever
@@ -53,21 +54,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
-        store = DocumentStore(Database(root / "ragdesk.db"))
-        library = Library(store, UploadFiles(root / "uploads"))
-        index, _ = open_index(
-            root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
-        )
-        worker = IngestWorker(store, library.files, embedder, index, root / "index", IngestConfig())
-        collection = store.ensure_collection()
-        ids = [
-            library.submit(data=text.encode(), filename=f"{name}.md", collection_id=collection)[
-                0
-            ].id
-            for name, text in stdlib_documents(args.documents)
-        ]
-        worker.ingest_many(ids)
+        embedder, store, index = indexed_corpus(root, args.documents)
         model_path = bundled_generator_model(root / "models")
         generator = LocalModel(LocalModelConfig(name="gemma", path=model_path))
         retriever = Retriever(embedder, index, store)
@@ -90,6 +77,26 @@ def main() -> None:
         "decode_tokens_per_s_p50": round(statistics.median(r["tokens_per_s"] for r in rows), 1),
     }
     print(json.dumps(summary, indent=2))
+
+
+def indexed_corpus(
+    root: Path, documents: int
+) -> tuple[SentenceTransformerEmbedder, DocumentStore, FaissIndex]:
+    """The first ``documents`` stdlib modules' docs, ingested and indexed under ``root``."""
+    embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
+    store = DocumentStore(Database(root / "ragdesk.db"))
+    library = Library(store, UploadFiles(root / "uploads"))
+    index, _ = open_index(
+        root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
+    )
+    worker = IngestWorker(store, library.files, embedder, index, root / "index", IngestConfig())
+    collection = store.ensure_collection()
+    ids = [
+        library.submit(data=text.encode(), filename=f"{name}.md", collection_id=collection)[0].id
+        for name, text in stdlib_documents(documents)
+    ]
+    worker.ingest_many(ids)
+    return embedder, store, index
 
 
 def measure(

@@ -8,7 +8,7 @@ that overlap is substantial, so every grounded claim ends up with a checkable li
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from llm.prompt import Source
 
@@ -67,12 +67,12 @@ MIN_SHARED_WORDS = 2
 MIN_SHARED_FRACTION = 0.5
 
 
-def cited_numbers(text: str, source_count: int) -> list[int]:
-    """Valid source numbers in order of first appearance."""
+def cited_numbers(text: str, valid: Collection[int]) -> list[int]:
+    """The ``valid`` source numbers the text cites, in order of first appearance."""
     seen: list[int] = []
     for match in MARKER.finditer(text):
         number = int(match.group(1))
-        if 1 <= number <= source_count and number not in seen:
+        if number in valid and number not in seen:
             seen.append(number)
     return seen
 

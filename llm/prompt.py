@@ -1,13 +1,17 @@
-"""Grounded prompts laid out for KV-cache reuse: stable system text, history, then this turn.
+"""Grounded prompts laid out for KV-cache reuse: stable system text, then the turns.
 
-Everything before this turn's sources is identical from one turn to the next, so a
-backend that keeps its KV cache (llama.cpp does) only prefills the new part.
+Every turn is written down as it was first shown to the model: the sources listed with
+it, its question and the exact text the model answered. A follow-up turn therefore
+starts with the previous prompt and answer byte for byte, and the engine prefills only
+the new part: this turn's new sources and question. Source numbers are fixed for the
+whole conversation; a source already listed in an earlier turn is referred to by its
+number rather than repeated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from llm.inert import Neutralizer
@@ -17,24 +21,29 @@ TokenCount = Callable[[str], int]
 
 @dataclass(frozen=True)
 class Source:
-    number: int
+    number: int  # 0 until ``build_prompt`` numbers it
     title: str
     page: int
     text: str
+    key: int = 0  # identity across turns (a chunk id); two sources with one key are one
 
 
 @dataclass(frozen=True)
 class Turn:
     question: str
-    answer: str
+    answer: str = ""  # exactly what the model generated; empty for the turn being asked
+    sources: tuple[Source, ...] = ()  # listed with this turn: new to the conversation
+    refers: tuple[int, ...] = ()  # numbers of earlier-listed sources that apply again
 
 
 @dataclass(frozen=True)
 class Prompt:
     text: str
     stop: tuple[str, ...]
-    sources: tuple[Source, ...]
-    history_turns: int
+    turn: Turn  # this turn as laid out: store it with the answer for the next turn
+    relevant: tuple[Source, ...]  # this turn's sources (new and referred to), best first
+    citable: dict[int, Source] = field(default_factory=dict)  # every number in the prompt
+    history_turns: int = 0
 
 
 INSTRUCTIONS = (
@@ -43,26 +52,34 @@ INSTRUCTIONS = (
     "the answer, it says that the documents do not cover it."
 )
 # One worked example: base models follow a demonstrated format far better than a rule.
-EXAMPLE_SOURCES = (
-    Source(1, "Office guide", 4, "The office opens at 8:00 and closes at 18:00 on weekdays."),
-    Source(2, "Parking", 1, "Visitors park in the north car park."),
+EXAMPLE = Turn(
+    "When does the office open?",
+    "The office opens at 8:00 on weekdays [1].",
+    (
+        Source(1, "Office guide", 4, "The office opens at 8:00 and closes at 18:00 on weekdays."),
+        Source(2, "Parking", 1, "Visitors park in the north car park."),
+    ),
 )
-EXAMPLE = Turn("When does the office open?", "The office opens at 8:00 on weekdays [1].")
+NO_SOURCES = "(no relevant sources found)"
 
 
 class PromptFormat(Protocol):
-    def render(self, history: Sequence[Turn], sources: Sequence[Source], question: str) -> str: ...
+    def render(self, history: Sequence[Turn], turn: Turn) -> str: ...
 
     @property
     def stop(self) -> tuple[str, ...]: ...
 
 
-def format_sources(sources: Sequence[Source], inert: Neutralizer) -> str:
-    """Numbered sources, one per line; untrusted text is flattened and neutralised."""
-    return "\n".join(
+def format_sources(turn: Turn, inert: Neutralizer) -> str:
+    """Numbered sources, one per line (untrusted text flattened and neutralised), then the
+    numbers of earlier sources that apply again."""
+    lines = [
         f"[{s.number}] {_one_line(s.title, inert)} (page {s.page}): {_one_line(s.text, inert)}"
-        for s in sources
-    )
+        for s in turn.sources
+    ]
+    if turn.refers:
+        lines.append("Also relevant, listed above: " + ", ".join(f"[{n}]" for n in turn.refers))
+    return "\n".join(lines) or NO_SOURCES
 
 
 def _one_line(text: str, inert: Neutralizer) -> str:
@@ -72,33 +89,23 @@ def _one_line(text: str, inert: Neutralizer) -> str:
 class CompletionFormat:
     """Plain-text layout for base models that have no chat template."""
 
-    stop = ("\nQuestion:", "\nSources:", "\n[", "\nEarlier in this conversation:")
+    stop = ("\nQuestion:", "\nSources:", "\n[")
 
     def __init__(self, inert: Neutralizer | None = None):
         self.inert = inert or Neutralizer()
 
-    def render(self, history: Sequence[Turn], sources: Sequence[Source], question: str) -> str:
-        parts = [
-            INSTRUCTIONS,
-            "",
-            self._turn(EXAMPLE_SOURCES, EXAMPLE.question),
-            EXAMPLE.answer,
-            "",
-        ]
-        if history:
-            parts.append("Earlier in this conversation:")
-            for turn in history:
-                parts += [
-                    f"Question: {_one_line(turn.question, self.inert)}",
-                    f"Answer: {_one_line(turn.answer, self.inert)}",
-                ]
-            parts.append("")
-        parts.append(self._turn(sources, question))
+    def render(self, history: Sequence[Turn], turn: Turn) -> str:
+        parts = [INSTRUCTIONS, ""]
+        for done in (EXAMPLE, *history):
+            # The answer as the model wrote it after "Answer:" (the example's own layout,
+            # which the model copies), so the next prompt extends the cached one.
+            parts += [self._ask(done) + "\n" + self.inert(done.answer.strip()), ""]
+        parts.append(self._ask(turn))
         return "\n".join(parts)
 
-    def _turn(self, sources: Sequence[Source], question: str) -> str:
-        listed = format_sources(sources, self.inert) if sources else "(no relevant sources found)"
-        return f"Sources:\n{listed}\nQuestion: {_one_line(question, self.inert)}\nAnswer:"
+    def _ask(self, turn: Turn) -> str:
+        listed = format_sources(turn, self.inert)
+        return f"Sources:\n{listed}\nQuestion: {_one_line(turn.question, self.inert)}\nAnswer:"
 
 
 class ChatTemplateFormat:
@@ -117,15 +124,17 @@ class ChatTemplateFormat:
     def stop(self) -> tuple[str, ...]:
         return (self._eos,) if self._eos else ()
 
-    def render(self, history: Sequence[Turn], sources: Sequence[Source], question: str) -> str:
+    def render(self, history: Sequence[Turn], turn: Turn) -> str:
         messages: list[dict[str, str]] = [{"role": "system", "content": INSTRUCTIONS}]
-        for turn in history:
-            messages.append({"role": "user", "content": self.inert(turn.question)})
-            messages.append({"role": "assistant", "content": self.inert(turn.answer)})
-        listed = format_sources(sources, self.inert) if sources else "(no relevant sources found)"
-        turn_text = f"Sources:\n{listed}\n\nQuestion: {self.inert(question)}"
-        messages.append({"role": "user", "content": turn_text})
+        for done in history:
+            messages.append({"role": "user", "content": self._ask(done)})
+            messages.append({"role": "assistant", "content": self.inert(done.answer.strip())})
+        messages.append({"role": "user", "content": self._ask(turn)})
         return str(self._formatter(messages=cast(Any, messages)).prompt)
+
+    def _ask(self, turn: Turn) -> str:
+        listed = format_sources(turn, self.inert)
+        return f"Sources:\n{listed}\n\nQuestion: {self.inert(turn.question)}"
 
 
 def build_prompt(
@@ -137,20 +146,40 @@ def build_prompt(
     token_budget: int,
     count_tokens: TokenCount,
 ) -> Prompt:
-    """Fit the prompt into ``token_budget``: drop the oldest turns, then the weakest sources,
-    then shorten the last source. Sources arrive best first. A question that cannot fit
-    even alone raises :class:`PromptTooLong`."""
-    history, sources = list(history), list(sources)
+    """Lay out this turn after the earlier ones and fit it into ``token_budget``.
+
+    ``sources`` arrive best first, unnumbered; each gets the number its key had earlier in
+    the conversation, or the next free one. Over budget: drop the oldest turns (the cache
+    prefix is lost once, then grows again), then the weakest sources, then shorten the
+    best one. A question that cannot fit even alone raises :class:`PromptTooLong`.
+    """
+    numbers = {s.key: s.number for t in history for s in t.sources if s.key}
+    next_number = max((s.number for t in history for s in t.sources), default=0) + 1
+    numbered: list[Source] = []
+    for source in sources:
+        number = numbers.get(source.key) if source.key else None
+        if number is None:
+            number, next_number = next_number, next_number + 1
+            if source.key:
+                numbers[source.key] = number
+        numbered.append(replace(source, number=number))
+    kept = list(history)
     while True:
-        text = prompt_format.render(history, sources, question)
+        listed = {s.key: s for t in kept for s in t.sources if s.key}
+        new = tuple(s for s in numbered if s.key not in listed)
+        refers = tuple(s.number for s in numbered if s.key in listed)
+        turn = Turn(question, "", new, refers)
+        text = prompt_format.render(kept, turn)
         if count_tokens(text) <= token_budget:
-            return Prompt(text, prompt_format.stop, tuple(sources), len(history))
-        if history:
-            history.pop(0)
-        elif len(sources) > 1:
-            sources.pop()
-        elif sources and len(sources[0].text) > 200:
-            sources[0] = replace(sources[0], text=sources[0].text[: len(sources[0].text) // 2])
+            citable = {s.number: s for t in (*kept, turn) for s in t.sources}
+            return Prompt(text, prompt_format.stop, turn, tuple(numbered), citable, len(kept))
+        if kept:
+            kept.pop(0)
+        elif len(numbered) > 1:
+            numbered.pop()
+        elif numbered and len(numbered[0].text) > 200:
+            first = numbered[0]
+            numbered[0] = replace(first, text=first.text[: len(first.text) // 2])
         else:
             raise PromptTooLong(count_tokens(text), token_budget)
 

@@ -149,3 +149,11 @@ def m004_message_replies(db: sqlite_utils.Database) -> None:
     db.execute(
         "CREATE UNIQUE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL"
     )
+
+
+@migration
+def m005_message_context(db: sqlite_utils.Database) -> None:
+    """What the model was shown and said for an answer: the sources listed with that turn
+    (JSON) and its exact generated text, so the next turn's prompt repeats them verbatim
+    and its KV-cache prefix matches."""
+    db.execute("ALTER TABLE messages ADD COLUMN context TEXT")

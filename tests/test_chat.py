@@ -52,6 +52,29 @@ def test_history_reaches_the_prompt_and_answers_are_stored(tmp_path: Path) -> No
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
 
 
+def test_a_follow_up_prompt_repeats_the_first_turn_verbatim(tmp_path: Path) -> None:
+    """The second prompt starts with the first prompt and the exact generated text (so the
+    engine reuses their KV cells); a source listed before keeps its number and can be
+    cited from the later turn even when this turn's answer only refers to it."""
+    generator = FakeBackend()
+    chat = service(make_kit(tmp_path), generator)
+    generator.enqueue(["\nStaff get 28 days ", "of leave.", "\n"])  # no marker: attributed
+    first = asyncio.run(collect(chat, "How many days of leave do staff get?"))[-1]
+    assert isinstance(first, DoneEvent)
+    assert [c.number for c in first.message.citations] == [1]
+    context = first.message.context
+    assert context is not None and context.answer == "\nStaff get 28 days of leave.\n"
+    generator.enqueue(["Yes, it is paid [1]."])
+    second = asyncio.run(collect(chat, "Is the leave paid?", first.message.conversation_id))[-1]
+    first_prompt, second_prompt = (r.prompt for r in generator.history[-2:])
+    assert second_prompt.startswith(first_prompt + "\nStaff get 28 days of leave.\n")
+    assert second_prompt.count("28 days of paid leave") == 1  # listed once, then referred to
+    assert "Also relevant, listed above: [1]" in second_prompt
+    assert isinstance(second, DoneEvent)
+    assert [(c.number, c.page) for c in second.message.citations] == [(1, 1)]
+    assert second.message.context is not None and second.message.context.refers == (1,)
+
+
 def test_unknown_conversation_and_empty_question(tmp_path: Path) -> None:
     chat = service(make_kit(tmp_path), FakeBackend())
     with pytest.raises(NotFound):

@@ -12,7 +12,7 @@ SOURCES = [
 
 
 def test_cited_numbers_in_order_without_duplicates_or_out_of_range() -> None:
-    assert cited_numbers("A [2]. B [1] and [2]. C [7] [0].", 2) == [2, 1]
+    assert cited_numbers("A [2]. B [1] and [2]. C [7] [0] [3].", {1, 2, 3}) == [2, 1, 3]
 
 
 def test_bare_sentences_get_the_source_they_come_from() -> None:
