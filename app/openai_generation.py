@@ -97,13 +97,13 @@ def _submit(
     stop = [data.stop] if isinstance(data.stop, str) else list(data.stop or [])
     params = SamplingParams(
         max_tokens=max_tokens,
-        temperature=data.temperature,
+        temperature=1.0 if data.temperature is None else data.temperature,
         top_k=data.top_k,
-        top_p=data.top_p,
+        top_p=1.0 if data.top_p is None else data.top_p,
         min_p=data.min_p,
         repeat_penalty=data.repeat_penalty,
-        frequency_penalty=data.frequency_penalty,
-        presence_penalty=data.presence_penalty,
+        frequency_penalty=data.frequency_penalty or 0.0,
+        presence_penalty=data.presence_penalty or 0.0,
         # llama.cpp takes 32 bits, and 0xFFFFFFFF there means "random".
         seed=None if data.seed is None else data.seed % (2**32 - 1),
         stop=tuple(dict.fromkeys([*prompt.stop, *stop])),

@@ -28,14 +28,15 @@ class Sampling(msgspec.Struct, kw_only=True):
 
     model: ModelName = "default"
     max_tokens: MaxTokens | None = None
-    temperature: Temperature = 1.0
-    top_p: TopP = 1.0
+    # OpenAI's schema lets optional fields be null; None means the default shown.
+    temperature: Temperature | None = None  # 1.0
+    top_p: TopP | None = None  # 1.0
     seed: Seed | None = None
-    frequency_penalty: Penalty = 0.0
-    presence_penalty: Penalty = 0.0
+    frequency_penalty: Penalty | None = None  # 0.0
+    presence_penalty: Penalty | None = None  # 0.0
     stop: Stop = None
-    n: int = 1
-    stream: bool = False
+    n: int | None = None  # 1
+    stream: bool | None = None  # False
     stream_options: StreamOptions | None = None
     logprobs: bool | int | None = None
     top_k: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 40

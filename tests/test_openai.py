@@ -91,7 +91,7 @@ def test_chat_completion_shape_usage_and_transcript_prompt(api: TestClient[Any])
     assert request.params.seed == 2**32 - 2 and request.grammar is None
 
 
-def test_max_completion_tokens_wins_and_default_fills_the_context(api: TestClient[Any]) -> None:
+def test_max_completion_tokens_wins_and_nulls_mean_defaults(api: TestClient[Any]) -> None:
     fake_model(api).enqueue(["a"])
     api.post(
         "/v1/chat/completions",
@@ -99,8 +99,15 @@ def test_max_completion_tokens_wins_and_default_fills_the_context(api: TestClien
     )
     assert fake_model(api).history[-1].params.max_tokens == 3
     fake_model(api).enqueue(["a"])
-    api.post("/v1/chat/completions", json={"messages": USER_HI})
-    assert fake_model(api).history[-1].params.max_tokens == 2048  # the cap: 4096 would not fit
+    nulls = dict.fromkeys(["temperature", "top_p", "n", "stream", "stop", "seed", "max_tokens"])
+    assert api.post("/v1/chat/completions", json={"messages": USER_HI, **nulls}).status_code == 200
+    params = fake_model(api).history[-1].params
+    assert params.max_tokens == 2048  # the cap: 4096 would not fit
+    assert (
+        params.temperature == 1.0
+        and params.top_p == 1.0
+        and params.stop == ("\nUser:", "\nSystem:")
+    )
 
 
 def test_streamed_chat_sends_role_deltas_finish_and_usage(api: TestClient[Any]) -> None:

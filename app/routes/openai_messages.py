@@ -12,7 +12,7 @@ from llm.chat_format import ChatMessage
 def refuse_unsupported(data: Sampling, **extras: Any) -> None:
     """A clear 400 for what would change the answer but is not supported, rather than
     silently answering something else."""
-    if data.n != 1:
+    if data.n not in (None, 1):
         raise OpenAIError(
             f"n={data.n} is not supported: Ragdesk returns exactly one choice (n=1); "
             "send separate requests for more",
