@@ -119,6 +119,42 @@
   });
   htmx.onLoad(addCopyButtons);
 
+  // Theme: automatic (the system's), then the opposite, then the same as the system, then
+  // automatic again, so the first click always changes what you see. Stored in localStorage;
+  // static/theme.js applies it before the first paint.
+  var THEME_KEY = "ragdesk.theme";
+  var systemDark = window.matchMedia("(prefers-color-scheme: dark)");
+  function storedTheme() { return document.documentElement.dataset.theme || "auto"; }
+  function systemTheme() { return systemDark.matches ? "dark" : "light"; }
+  function showTheme() {
+    var button = $("#theme-toggle");
+    if (!button) { return; }
+    var mode = storedTheme();
+    var shown = mode === "auto" ? systemTheme() : mode;
+    button.textContent = (shown === "dark" ? "☾ " : "☀ ") + (mode === "auto" ? "Auto" : mode === "dark" ? "Dark" : "Light");
+    button.dataset.mode = mode;
+  }
+  function setTheme(mode) {
+    try {
+      if (mode === "auto") { window.localStorage.removeItem(THEME_KEY); }
+      else { window.localStorage.setItem(THEME_KEY, mode); }
+    } catch (error) { /* storage disabled: the choice lasts for this page only */ }
+    if (mode === "auto") { delete document.documentElement.dataset.theme; }
+    else { document.documentElement.dataset.theme = mode; }
+    showTheme();
+  }
+  function nextTheme() {
+    var mode = storedTheme();
+    var opposite = systemTheme() === "dark" ? "light" : "dark";
+    if (mode === "auto") { return opposite; }
+    return mode === opposite ? systemTheme() : "auto";
+  }
+  document.addEventListener("click", function (event) {
+    if (event.target.closest("#theme-toggle")) { setTheme(nextTheme()); }
+  });
+  systemDark.addEventListener("change", showTheme);
+  document.addEventListener("DOMContentLoaded", showTheme);
+
   // The document viewer scrolls the cited passage into view.
   document.addEventListener("DOMContentLoaded", function () {
     var passage = document.getElementById("passage");
