@@ -105,8 +105,12 @@ def _title_for(status: int) -> str:
 
 
 def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    status, title, detail, headers = _describe(exc)
     path = request.url.path
+    if path.startswith("/v1/"):  # errors before routing (404, 405): still OpenAI's shape
+        from app.openai_errors import openai_error_handler  # it builds on this module
+
+        return openai_error_handler(request, exc)
+    status, title, detail, headers = _describe(exc)
     if path.startswith(("/api/", "/v1/", "/health")):
         return Response(
             {"error": {"status": status, "title": title, "detail": detail}},

@@ -50,6 +50,8 @@ def test_models_lists_models_aliases_and_the_embedder(api: TestClient[Any]) -> N
     assert all(m["object"] == "model" and m["owned_by"] == "ragdesk" for m in body["data"])
     assert api.get("/v1/models/default").json()["id"] == "default"
     assert_openai_error(api.get("/v1/models/gpt-4"), 404)
+    assert_openai_error(api.get("/v1/no-such-endpoint"), 404)
+    assert_openai_error(api.get("/v1/chat/completions"), 405)
 
 
 def test_chat_completion_shape_usage_and_transcript_prompt(api: TestClient[Any]) -> None:
