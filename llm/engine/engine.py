@@ -4,19 +4,18 @@ One thread per loaded model owns a ``NativeModel``. Each step decodes the next t
 every generating sequence in a single ``llama_decode``, then prefills up to
 ``prefill_chunk`` prompt tokens, oldest request first, one chunk per call: a burst of new
 prompts gets its first tokens out quickly, and a long prompt never stalls the running
-streams for more than one chunk. New requests join between steps and between chunks.
+streams for two chunks or more. New requests join between steps and between chunks.
 Callers only touch ``submit`` (tokenise, admission checks, enqueue) and their ``Completion``.
 """
 
 from __future__ import annotations
 
-import codecs
 import logging
 import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from llm.engine.channel import Completion
@@ -32,11 +31,11 @@ from llm.engine.params import (
     TextDelta,
     Usage,
 )
-from llm.engine.slots import Slot, cells_used, common_prefix, place
-from llm.engine.stops import StopMatcher
+from llm.engine.prefix_cache import PrefixCache
+from llm.engine.sequence import Seq
 
 if TYPE_CHECKING:  # llama.cpp loads only when a model does
-    from llm.engine.native import NativeModel, Sampler
+    from llm.engine.native import NativeModel
 
 log = logging.getLogger(__name__)
 
@@ -62,36 +61,6 @@ class EngineObserver(Protocol):
     def rejected(self, model: str, reason: str) -> None: ...
 
 
-@dataclass
-class _Seq:
-    request: CompletionRequest
-    completion: Completion
-    prompt: list[int]
-    sampler: Sampler
-    saved: SavedState | None
-    submitted: float
-    max_tokens: int
-    slot: Slot[_Seq] | None = None
-    done: int = 0  # prompt tokens in the KV cache
-    cached: int = 0
-    next_token: int | None = None  # sampled, not yet decoded
-    generated: int = 0
-    last_emit: float = 0.0
-    stops: StopMatcher = field(init=False)
-    decoder: codecs.IncrementalDecoder = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.stops = StopMatcher(self.request.params.stop)
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    @property
-    def prefilling(self) -> bool:
-        return self.done < len(self.prompt)
-
-    def usage(self) -> Usage:
-        return Usage(len(self.prompt), self.cached, self.generated)
-
-
 class Engine:
     def __init__(
         self,
@@ -108,9 +77,10 @@ class Engine:
         self._observer = observer
         self._disk = disk
         sequences = native.config.n_seq_max - (1 if config.batch_invariant else 0)
-        self._slots: list[Slot[_Seq]] = [Slot(i) for i in range(sequences)]
+        aligned = config.prefill_chunk if config.batch_invariant else 0
+        self._cache: PrefixCache[Seq] = PrefixCache(native, sequences, aligned_to=aligned)
         self._scratch = sequences  # the spare sequence id that padding rows use
-        self._waiting: deque[_Seq] = deque()
+        self._waiting: deque[Seq] = deque()
         self._waiting_tokens = 0
         self._wake = threading.Condition()
         self._closing = False
@@ -139,14 +109,14 @@ class Engine:
                 or self._waiting_tokens + len(prompt) > self.config.max_waiting_tokens
             ):
                 self._reject("queue_full")
-                busy = len(self._waiting) / max(1, len(self._slots))
+                busy = len(self._waiting) / max(1, len(self._cache.slots))
                 raise Overloaded("too many requests are waiting", max(1, math.ceil(busy)))
         saved = self._disk.load(request.cache_key) if self._disk and request.cache_key else None
         try:
             sampler = self.native.sampler(params, request.grammar)
         except RuntimeError as exc:
             raise InvalidRequest(str(exc)) from exc
-        seq = _Seq(request, Completion(), prompt, sampler, saved, time.monotonic(), max_tokens)
+        seq = Seq(request, Completion(), prompt, sampler, saved, time.monotonic(), max_tokens)
         with self._wake:
             self._waiting.append(seq)
             self._waiting_tokens += len(prompt)
@@ -155,12 +125,12 @@ class Engine:
 
     def stats(self) -> BackendStats:
         with self._wake:
-            running = sum(1 for s in self._slots if s.busy is not None)
+            running = len(self._cache.busy())
             return BackendStats(
                 running=running,
                 waiting=len(self._waiting),
-                sequences=len(self._slots),
-                kv_cells_used=cells_used(self._slots),
+                sequences=len(self._cache.slots),
+                kv_cells_used=self._cache.cells_used(),
                 kv_cells=self.native.kv_cells,
             )
 
@@ -205,60 +175,18 @@ class Engine:
     def _admit(self) -> None:
         """Seat waiting requests in free slots (between steps and between prefill chunks)."""
         with self._wake:
-            while self._waiting and any(s.busy is None for s in self._slots):
+            while self._waiting and self._cache.has_free_slot():
                 seq = self._waiting.popleft()
                 self._waiting_tokens -= len(seq.prompt)
                 if seq.completion.cancelled or seq.request.expired():
                     reason: FinishReason = "cancelled" if seq.completion.cancelled else "deadline"
                     self._finish(seq, reason, "the request expired before it started")
                     continue
-                self._seat(seq)
+                seq.slot, seq.done = self._cache.seat(seq, seq.prompt, seq.saved)
+                seq.cached, seq.saved = seq.done, None
 
-    def _running(self) -> list[_Seq]:
-        return [s.busy for s in self._slots if s.busy is not None]
-
-    def _seat(self, seq: _Seq) -> None:
-        placement = place(self._slots, seq.prompt)
-        assert placement is not None  # the caller checked for a free slot
-        slot = self._slots[placement.target]
-        source = self._slots[placement.source if placement.source is not None else slot.seq_id]
-        reuse = placement.reuse
-        if self.config.batch_invariant:
-            # Reused cells must have been computed exactly as a cold run would: by prefill
-            # chunks that start at the same offsets.
-            chunk = self.config.prefill_chunk
-            reuse = min(reuse, source.prefilled) // chunk * chunk
-            seq.saved = None
-        n = self.native
-        if placement.source is not None and reuse > 0:
-            n.seq_remove(slot.seq_id)
-            n.seq_copy(source.seq_id, slot.seq_id, reuse)
-            slot.tokens = source.tokens[:reuse]
-            slot.prefilled = min(source.prefilled, reuse)
-        if seq.saved is not None:
-            reuse = self._restore(slot, seq, reuse)
-        n.seq_remove(slot.seq_id, reuse)
-        del slot.tokens[reuse:]
-        slot.prefilled = min(slot.prefilled, reuse)
-        slot.busy, seq.slot = seq, slot
-        seq.done = seq.cached = reuse
-
-    def _restore(self, slot: Slot[_Seq], seq: _Seq, reuse: int) -> int:
-        """Load a conversation's saved KV state when it covers more than memory does."""
-        saved, seq.saved = seq.saved, None
-        assert saved is not None
-        gain = common_prefix(saved.tokens, seq.prompt, len(seq.prompt) - 1)
-        if gain <= reuse:
-            return reuse
-        self.native.seq_remove(slot.seq_id)
-        if self.native.set_seq_state(slot.seq_id, saved.state):
-            slot.tokens = list(saved.tokens)
-            slot.prefilled = 0
-            return gain
-        log.warning("a saved KV state did not load; prefilling instead")
-        self.native.seq_remove(slot.seq_id)
-        slot.tokens, slot.prefilled = [], 0
-        return 0
+    def _running(self) -> list[Seq]:
+        return self._cache.busy()
 
     def _step(self) -> None:
         now = time.monotonic()
@@ -284,7 +212,7 @@ class Engine:
             spent += self._prefill_chunk(min(prefilling, key=lambda s: s.submitted))
             self._admit()
 
-    def _decode_step(self, seqs: list[_Seq]) -> None:
+    def _decode_step(self, seqs: list[Seq]) -> None:
         """One token for every generating sequence, in one ``llama_decode``."""
         n = self.native
         n.clear_batch()
@@ -293,7 +221,7 @@ class Engine:
             assert seq.slot is not None and seq.next_token is not None
             rows.append(n.add(seq.next_token, len(seq.slot.tokens), seq.slot.seq_id, True))
         if self.config.batch_invariant:
-            for pos in range(len(self._slots) - len(seqs)):
+            for pos in range(len(self._cache.slots) - len(seqs)):
                 n.add(0, pos, self._scratch, False)
         decoded = self._decode(seqs)
         if self.config.batch_invariant:
@@ -305,7 +233,7 @@ class Engine:
             seq.slot.tokens.append(seq.next_token)
             self._accept(seq, seq.sampler.sample(row))
 
-    def _prefill_chunk(self, seq: _Seq) -> int:
+    def _prefill_chunk(self, seq: Seq) -> int:
         """The next chunk of one prompt, in its own ``llama_decode``; returns its length.
 
         Prompts are never mixed in one batch, and chunks start at fixed offsets: llama.cpp's
@@ -329,11 +257,11 @@ class Engine:
             self._accept(seq, seq.sampler.sample(n.batch_size - 1))
         return size
 
-    def _decode(self, batch: list[_Seq]) -> bool:
+    def _decode(self, batch: list[Seq]) -> bool:
         """Run the batch; when the KV cache is full, drop idle caches, then the newest
         request, and let the next step rebuild the batch."""
         while (rc := self.native.decode()) == 1:
-            if not self._evict_idle():
+            if not self._cache.evict_idle():
                 victim = max(batch, key=lambda s: s.submitted)
                 self._finish(victim, "error", "the KV cache is full; retry shortly")
                 return False
@@ -343,16 +271,7 @@ class Engine:
             return False
         return True
 
-    def _evict_idle(self) -> bool:
-        idle = [s for s in self._slots if s.busy is None and s.tokens]
-        if not idle:
-            return False
-        slot = min(idle, key=lambda s: s.last_used)
-        self.native.seq_remove(slot.seq_id)
-        slot.tokens, slot.prefilled = [], 0
-        return True
-
-    def _accept(self, seq: _Seq, token: int) -> None:
+    def _accept(self, seq: Seq, token: int) -> None:
         now = time.monotonic()
         if self._observer:
             if seq.generated == 0:
@@ -364,7 +283,7 @@ class Engine:
         if self.native.is_end(token):
             self._finish(seq, "stop")
             return
-        text = seq.stops.feed(seq.decoder.decode(self.native.piece(token)))
+        text = seq.text(self.native.piece(token))
         if text:
             seq.completion.push(TextDelta(text))
         assert seq.slot is not None
@@ -375,8 +294,8 @@ class Engine:
         else:
             seq.next_token = token
 
-    def _finish(self, seq: _Seq, reason: FinishReason, error: str | None = None) -> None:
-        tail = seq.stops.flush() + seq.decoder.decode(b"", final=True)
+    def _finish(self, seq: Seq, reason: FinishReason, error: str | None = None) -> None:
+        tail = seq.tail()
         if tail and reason in ("stop", "length"):
             seq.completion.push(TextDelta(tail))
         seq.sampler.free()
