@@ -28,6 +28,27 @@
     }
   });
 
+  // Single-key shortcuts, when no text box has the focus (the ? dialog lists them).
+  var SHORTCUTS = {
+    "/": function () { var q = $("#question"); if (q) { q.focus(); } },
+    "n": function () { window.location.href = "/"; },
+    "u": function () { openDialog("upload-dialog"); },
+    "t": function () { var b = $("#theme-toggle"); if (b) { b.click(); } },
+    "?": function () { openDialog("help-dialog"); },
+  };
+  function openDialog(id) {
+    var dialog = document.getElementById(id);
+    if (dialog && !dialog.open && !document.querySelector("dialog[open]")) { dialog.showModal(); }
+  }
+  function typing(target) {
+    return target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName);
+  }
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) { return; }
+    var action = SHORTCUTS[event.key];
+    if (action) { event.preventDefault(); action(); }
+  });
+
   // Enter sends, Shift+Enter inserts a newline.
   document.addEventListener("keydown", function (event) {
     if (event.target.id === "question" && event.key === "Enter" && !event.shiftKey) {

@@ -217,3 +217,34 @@ def test_theme_follows_the_system_and_the_toggle_persists(page: Any) -> None:
     page.reload()
     page.emulate_media(color_scheme="dark")
     assert background(page) == DARK_BG
+
+
+def test_keyboard_shortcuts_and_the_help_overlay(page: Any) -> None:
+    page.goto("/")
+    page.locator("body").press("?")
+    assert page.locator("#help-dialog").evaluate("d => d.open")
+    assert "New chat" in page.locator("#help-dialog").inner_text()
+    page.keyboard.press("Escape")
+    assert not page.locator("#help-dialog").evaluate("d => d.open")
+
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "question"
+    page.keyboard.type("nut")  # letters typed into the question are text, not shortcuts
+    assert page.input_value("#question") == "nut"
+    assert not page.locator("#upload-dialog").evaluate("d => d.open")
+    page.locator("#question").blur()
+
+    page.keyboard.press("u")
+    assert page.locator("#upload-dialog").evaluate("d => d.open")
+    page.keyboard.press("Escape")
+    assert not page.locator("#upload-dialog").evaluate("d => d.open")
+
+    page.keyboard.press("t")
+    assert page.locator("#theme-toggle").get_attribute("data-mode") == "dark"
+    page.keyboard.press("t")
+    page.keyboard.press("t")
+    assert page.locator("#theme-toggle").get_attribute("data-mode") == "auto"
+
+    page.goto("/?from=test")
+    page.keyboard.press("n")
+    page.wait_for_url(lambda url: url.endswith("/"))
