@@ -1,0 +1,53 @@
+"""A ``/v1`` streaming client that leaves frees the model: real HTTP, a slow fake model."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.server import ServerProcess
+
+TOKEN_DELAY_S = 0.5  # the fake answers 6 tokens here: 3 s if left running
+RUNNING = 'ragdesk_requests_running{model="fake"}'
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("slow-openai-server")
+    server = ServerProcess(
+        root / "data",
+        root / "server.log",
+        embedder_backend="fake",
+        generator_backend="fake",
+        fake_token_delay_s=TOKEN_DELAY_S,
+    ).start(ready_timeout=60)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def running(url: str) -> float:
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(RUNNING):
+            return float(line.split()[-1])
+    raise AssertionError("no running gauge")
+
+
+def test_leaving_a_stream_cancels_generation(slow_server: ServerProcess) -> None:
+    url = slow_server.url
+    payload = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=payload, timeout=30) as response:
+        contents = 0
+        for line in response.iter_lines():
+            contents += '"content":"' in line and '"content":""' not in line
+            if contents == 1:
+                assert running(url) == 1
+                break  # the client goes away after the first word
+    left_at = time.monotonic()
+    while running(url) != 0:  # left running, it would take 2.5 s more
+        assert time.monotonic() - left_at < 1.0, "the generation kept running"
+        time.sleep(0.05)
