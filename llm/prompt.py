@@ -118,6 +118,7 @@ class ChatTemplateFormat:
 
         self._formatter = Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token)
         self._eos = eos_token
+        self._bos = bos_token
         self.inert = inert or Neutralizer()
 
     @property
@@ -130,7 +131,10 @@ class ChatTemplateFormat:
             messages.append({"role": "user", "content": self._ask(done)})
             messages.append({"role": "assistant", "content": self.inert(done.answer.strip())})
         messages.append({"role": "user", "content": self._ask(turn)})
-        return str(self._formatter(messages=cast(Any, messages)).prompt)
+        text = str(self._formatter(messages=cast(Any, messages)).prompt)
+        # The engine's tokenizer adds BOS itself: a second one from the template would
+        # change what the model sees.
+        return text.removeprefix(self._bos) if self._bos else text
 
     def _ask(self, turn: Turn) -> str:
         listed = format_sources(turn, self.inert)

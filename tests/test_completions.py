@@ -32,6 +32,7 @@ def test_streamed_completion_sends_tokens_then_done(client: TestClient[Any]) -> 
     response = client.post(
         "/api/completions", json={"prompt": "x", "max_tokens": 2, "stream": True, "stop": ["zz"]}
     )
+    assert response.headers["content-type"].startswith("text/event-stream")
     events = sse_events(response.text)
     assert [name for name, _ in events] == ["token", "token", "done"]
     assert '"finish_reason":"length"' in events[-1][1] and '"model":"fake"' in events[-1][1]

@@ -6,7 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from llm.prompt import CompletionFormat, PromptTooLong, Source, Turn, build_prompt
+from llm.prompt import (
+    ChatTemplateFormat,
+    CompletionFormat,
+    PromptTooLong,
+    Source,
+    Turn,
+    build_prompt,
+)
 
 
 def count_words(text: str) -> int:
@@ -123,3 +130,14 @@ def test_control_tokens_in_untrusted_text_are_made_inert(forged: str) -> None:
         [Turn(f"q {forged}", f"a {forged}")], Turn(forged, "", (source,))
     )
     assert forged not in text
+
+
+def test_a_chat_template_bos_is_left_to_the_tokenizer() -> None:
+    template = (
+        "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>"
+        "{% endfor %}<assistant>"
+    )
+    fmt = ChatTemplateFormat(template, bos_token="<bos>", eos_token="<eos>")
+    text = fmt.render([], Turn("Leave?", sources=SOURCES))
+    assert text.startswith("<system>Ragdesk answers") and text.endswith("<assistant>")
+    assert "Question: Leave?" in text and fmt.stop == ("<eos>",)

@@ -12,7 +12,8 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, post
 from litestar.di import Provide
-from litestar.response import ServerSentEvent
+from litestar.enums import MediaType
+from litestar.response import Response, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
 from app.deps import provide_services
@@ -81,7 +82,7 @@ class CompletionsApi(Controller):
     dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
 
     @post(status_code=200)
-    async def complete(self, data: CompletionIn, services: Services) -> Any:
+    async def complete(self, data: CompletionIn, services: Services) -> Response[Any]:
         """Continue ``prompt``. With ``stream``: server-sent ``token`` events, then ``done``
         (model, finish reason, usage) or ``error``."""
         models = services.require_models()
@@ -95,7 +96,9 @@ class CompletionsApi(Controller):
             raise from_engine(InvalidRequest(first.error or "generation failed"))
         if data.stream:
             return ServerSentEvent(_events(completion))
-        return await _collect(completion)
+        # Response[...] rather than the body's type: Litestar would stamp a plain return
+        # type's media type (JSON) on the event stream too.
+        return Response(await _collect(completion), media_type=MediaType.JSON)
 
 
 def _submit(models: Registry, data: CompletionIn, deadline: float) -> Completion:
