@@ -35,7 +35,7 @@ from retrieval.embedder import (
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
 from retrieval.parsers.isolated import IsolatedParser
-from retrieval.search import Retriever
+from retrieval.search import Retriever, SearchConfig
 from retrieval.store import DocumentStore
 from retrieval.uploads import UploadFiles
 from retrieval.vector_sync import open_index
@@ -171,7 +171,14 @@ def _load_retrieval(services: Services) -> Retrieval:
     if settings.load_samples and not services.store.has_flag("samples_loaded"):
         _submit_samples(services, settings.samples_dir)
         services.store.set_flag("samples_loaded")
-    return Retrieval(embedder, Retriever(embedder, index, services.store), worker)
+    search = SearchConfig(
+        mode=settings.retrieval_mode,
+        rrf_k=settings.rrf_k,
+        dense_weight=settings.dense_weight,
+        bm25_weight=settings.bm25_weight,
+        max_per_document=settings.max_hits_per_document,
+    )
+    return Retrieval(embedder, Retriever(embedder, index, services.store, search), worker)
 
 
 def _load_chat(services: Services, retriever: Retriever, models: Registry) -> ChatService:

@@ -77,6 +77,22 @@ class Settings(BaseSettings):
         le=1.0,
         description="Cosine similarity below which a hit is not relevant enough to cite.",
     )
+    retrieval_mode: Literal["hybrid", "dense", "bm25"] = Field(
+        "hybrid",
+        description="hybrid fuses vector (dense) and full-text (BM25) search; or one alone.",
+    )
+    rrf_k: float = Field(
+        60.0, gt=0, le=1000, description="Reciprocal rank fusion constant k (hybrid mode)."
+    )
+    dense_weight: float = Field(
+        1.0, ge=0, le=10, description="Weight of the vector ranking in hybrid fusion."
+    )
+    bm25_weight: float = Field(
+        1.0, ge=0, le=10, description="Weight of the BM25 ranking in hybrid fusion."
+    )
+    max_hits_per_document: int = Field(
+        2, ge=0, le=50, description="Most sources from one document per question (0 = no limit)."
+    )
     index_checkpoint_seconds: float = Field(
         5.0, ge=0.0, description="Quiet period after ingestion before the FAISS file is saved."
     )

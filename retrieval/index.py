@@ -29,7 +29,9 @@ MANIFEST_FORMAT = 1
 
 
 class VectorIndex(Protocol):
-    def search(self, query: Vectors, k: int) -> list[tuple[int, float]]: ...
+    def search(
+        self, query: Vectors, k: int, *, allowed: IdArray | None = None
+    ) -> list[tuple[int, float]]: ...
 
 
 class IndexUnusable(Exception):
@@ -89,12 +91,23 @@ class FaissIndex:
             self._count = int(self._index.ntotal)
             return removed
 
-    def search(self, query: Vectors, k: int) -> list[tuple[int, float]]:
+    def search(
+        self, query: Vectors, k: int, *, allowed: IdArray | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``k`` nearest, best first; only ids in ``allowed`` when it is given (the
+        filter applies inside the search, so it still returns ``k`` when it can)."""
         query = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
+        params = None
+        if allowed is not None:
+            if len(allowed) == 0:
+                return []
+            selector = self._faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
+            params = self._faiss.SearchParameters()
+            params.sel = selector  # ``selector`` stays referenced until the search returns
         with self._lock:
             if self._index.ntotal == 0:
                 return []
-            scores, ids = self._index.search(query, k)
+            scores, ids = self._index.search(query, k, params=params)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
     def save(self, directory: Path) -> Manifest:

@@ -157,3 +157,46 @@ def m005_message_context(db: sqlite_utils.Database) -> None:
     (JSON) and its exact generated text, so the next turn's prompt repeats them verbatim
     and its KV-cache prefix matches."""
     db.execute("ALTER TABLE messages ADD COLUMN context TEXT")
+
+
+@migration
+def m006_chunks_fts(db: sqlite_utils.Database) -> None:
+    """Full-text index of passages for BM25 (FTS5): document title, heading and text.
+
+    Its own copy of the text (not external content), so a title change or a delete can
+    never leave stale tokens behind. Triggers keep it level with ``chunks``: inserts,
+    deletes (a document's cascade included) and edits, and with a document's title.
+    """
+    db.execute(
+        "CREATE VIRTUAL TABLE chunks_fts USING fts5("
+        "title, heading, text, tokenize = 'porter unicode61 remove_diacritics 2')"
+    )
+    db.execute(
+        """CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+            INSERT INTO chunks_fts (rowid, title, heading, text)
+            SELECT new.id, COALESCE(d.title, d.filename), new.heading, new.text FROM documents d
+            WHERE d.id = new.document_id;
+        END"""
+    )
+    db.execute(
+        """CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
+            DELETE FROM chunks_fts WHERE rowid = old.id;
+        END"""
+    )
+    db.execute(
+        """CREATE TRIGGER chunks_fts_update AFTER UPDATE OF heading, text ON chunks BEGIN
+            UPDATE chunks_fts SET heading = new.heading, text = new.text WHERE rowid = new.id;
+        END"""
+    )
+    db.execute(
+        """CREATE TRIGGER chunks_fts_title AFTER UPDATE OF title, filename ON documents
+           WHEN new.title IS NOT old.title OR new.filename IS NOT old.filename BEGIN
+            UPDATE chunks_fts SET title = COALESCE(new.title, new.filename)
+            WHERE rowid IN (SELECT id FROM chunks WHERE document_id = new.id);
+        END"""
+    )
+    db.execute(  # passages stored before this migration
+        """INSERT INTO chunks_fts (rowid, title, heading, text)
+            SELECT c.id, COALESCE(d.title, d.filename), c.heading, c.text
+            FROM chunks c JOIN documents d ON d.id = c.document_id"""
+    )

@@ -1,24 +1,40 @@
-"""Question in, ranked passages out."""
+"""Question in, ranked passages out: dense (FAISS), lexical (BM25) or both fused."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Literal
 
-from retrieval.embedder import Embedder, embed_one
+import numpy as np
+
+from retrieval.embedder import Embedder, Vectors, embed_one
+from retrieval.fusion import diversify, reciprocal_rank_fusion
 from retrieval.index import VectorIndex
+from retrieval.lexical import LexicalIndex
 from retrieval.store import DocumentStore
 from retrieval.types import Hit
 
-# Ask FAISS for a few more than k: hits of documents deleted since are dropped.
-_OVERFETCH = 2
+SearchMode = Literal["dense", "bm25", "hybrid"]
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    mode: SearchMode = "hybrid"
+    rrf_k: float = 60.0
+    dense_weight: float = 1.0
+    bm25_weight: float = 1.0
+    max_per_document: int = 2  # 0 = no limit
+    candidates: int = 50  # taken from each retriever before fusion (at least 4 × k)
 
 
 @dataclass(frozen=True)
 class SearchTimings:
     embed_s: float
-    search_s: float
+    search_s: float  # the vector index
     hydrate_s: float
+    lexical_s: float = 0.0  # the FTS5 index
 
 
 @dataclass(frozen=True)
@@ -28,19 +44,75 @@ class SearchResult:
 
 
 class Retriever:
-    def __init__(self, embedder: Embedder, index: VectorIndex, store: DocumentStore):
+    """``min_score`` is a cosine threshold in every mode that embeds the question: in
+    hybrid mode a passage found only by BM25 is still cited only if its own vector clears
+    it, so an off-topic question gets no sources (and no model call) however many common
+    words it shares with the documents. Fusion decides the order, not the relevance bar.
+    In ``bm25`` mode there is no cosine and ``min_score`` does not apply."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        index: VectorIndex,
+        store: DocumentStore,
+        config: SearchConfig | None = None,
+    ):
         self.embedder = embedder
         self.index = index
         self.store = store
+        self.config = config or SearchConfig()
+        self.lexical = LexicalIndex(store.db)
 
-    def search(self, query: str, k: int, *, min_score: float | None = None) -> SearchResult:
+    def search(
+        self,
+        query: str,
+        k: int,
+        *,
+        min_score: float | None = None,
+        collection_ids: Collection[int] | None = None,
+    ) -> SearchResult:
+        """The best ``k`` passages, from the given collections only when ``collection_ids``
+        is not None (the filter applies inside both retrievers, before the top k)."""
+        config = self.config
+        pool = max(config.candidates, 4 * k)
         t0 = time.perf_counter()
-        vector = embed_one(self.embedder, query)
+        vector = embed_one(self.embedder, query) if config.mode != "bm25" else None
         t1 = time.perf_counter()
-        scored = self.index.search(vector, k * _OVERFETCH)
-        if min_score is not None:
-            scored = [(chunk_id, score) for chunk_id, score in scored if score >= min_score]
+        dense: list[tuple[int, float]] = []
+        if vector is not None:
+            allowed = None if collection_ids is None else self.store.chunk_ids_in(collection_ids)
+            dense = self.index.search(vector, pool, allowed=allowed)
         t2 = time.perf_counter()
-        hits = self.store.hits(scored)[:k]
+        lexical: list[tuple[int, float]] = []
+        if config.mode != "dense":
+            lexical = self.lexical.search(query, pool, collection_ids=collection_ids)
         t3 = time.perf_counter()
-        return SearchResult(hits, SearchTimings(t1 - t0, t2 - t1, t3 - t2))
+        if config.mode == "dense":
+            ranked = dense
+        elif config.mode == "bm25":
+            ranked = lexical
+        else:
+            ranked = reciprocal_rank_fusion(
+                [(dense, config.dense_weight), (lexical, config.bm25_weight)], config.rrf_k
+            )
+        if vector is not None and min_score is not None:
+            cosines = self._cosines(vector, dense, lexical)
+            ranked = [(i, s) for i, s in ranked if cosines.get(i, -np.inf) >= min_score]
+        hits = diversify(self.store.hits(ranked), k, config.max_per_document)
+        t4 = time.perf_counter()
+        return SearchResult(hits, SearchTimings(t1 - t0, t2 - t1, t4 - t3, t3 - t2))
+
+    def _cosines(
+        self,
+        vector: Vectors,
+        dense: list[tuple[int, float]],
+        lexical: list[tuple[int, float]],
+    ) -> dict[int, float]:
+        """Cosine of every candidate: FAISS gave the dense ones, stored vectors the rest."""
+        cosines = dict(dense)
+        missing = [chunk_id for chunk_id, _ in lexical if chunk_id not in cosines]
+        if missing:
+            stored = self.store.vectors_by_id(missing, self.embedder.model_id)
+            query = np.asarray(vector, dtype=np.float32).reshape(-1)
+            cosines.update({i: float(np.dot(query, v)) for i, v in stored.items()})
+        return cosines

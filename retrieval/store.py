@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -164,6 +164,12 @@ class DocumentStore:
                 raise DocumentGone(document_id)
             db.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
             db.execute("DELETE FROM pages WHERE document_id = ?", [document_id])
+            # The title first: the full-text trigger copies it into each chunk's row.
+            db.execute(
+                "UPDATE documents SET title = ?, page_count = ?, chunk_count = ?, updated_at = ?"
+                " WHERE id = ?",
+                [parsed.title[:500], len(parsed.pages), len(chunks), time.time(), document_id],
+            )
             db.table("pages").insert_all(
                 {"document_id": document_id, "number": page.number, "text": page.text}
                 for page in parsed.pages
@@ -180,11 +186,6 @@ class DocumentStore:
                     "SELECT id FROM chunks WHERE document_id = ? ORDER BY id", [document_id]
                 )
             ]
-            db.execute(
-                "UPDATE documents SET title = ?, page_count = ?, chunk_count = ?, updated_at = ?"
-                " WHERE id = ?",
-                [parsed.title[:500], len(parsed.pages), len(chunks), time.time(), document_id],
-            )
         return chunk_ids
 
     def save_embeddings(
@@ -217,6 +218,16 @@ class DocumentStore:
         )
         return np.fromiter((row[0] for row in rows), dtype=np.int64)
 
+    def chunk_ids_in(self, collection_ids: Collection[int]) -> IdArray:
+        """Chunks of indexed documents in these collections: what a scoped search may return."""
+        placeholders = ",".join("?" * len(collection_ids))
+        rows = self.db.read().execute(
+            f"""SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id
+                WHERE d.status = ? AND d.collection_id IN ({placeholders})""",  # noqa: S608
+            [DocumentStatus.INDEXED.value, *collection_ids],
+        )
+        return np.fromiter((row[0] for row in rows), dtype=np.int64)
+
     def vectors(self, chunk_ids: Iterable[int], dimension: int) -> Vectors:
         ids = [int(i) for i in chunk_ids]
         placeholders = ",".join("?" * len(ids))
@@ -226,6 +237,16 @@ class DocumentStore:
         )
         by_id = {row[0]: np.frombuffer(row[1], dtype=np.float32) for row in rows}
         return np.stack([by_id[i] for i in ids]) if ids else np.zeros((0, dimension), np.float32)
+
+    def vectors_by_id(self, chunk_ids: Sequence[int], model_id: str) -> dict[int, Vectors]:
+        """Stored vectors of ``model_id`` for those chunks that have one."""
+        placeholders = ",".join("?" * len(chunk_ids))
+        rows = self.db.read().execute(
+            f"SELECT chunk_id, vector FROM embeddings WHERE model_id = ?"  # noqa: S608
+            f" AND chunk_id IN ({placeholders})",
+            [model_id, *chunk_ids],
+        )
+        return {int(row[0]): np.frombuffer(row[1], dtype=np.float32) for row in rows}
 
     def hits(self, scored: Sequence[tuple[int, float]]) -> list[Hit]:
         """Hydrate (chunk id, score) pairs, dropping chunks deleted meanwhile; keeps the order."""
