@@ -31,6 +31,7 @@ from retrieval.embedder import (
     HashingEmbedder,
     SentenceTransformerEmbedder,
     bundled_embedder_dir,
+    model_id,
 )
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
@@ -202,6 +203,18 @@ def _embedder(settings: Settings) -> Embedder:
     if settings.embedder_backend == "fake":
         return HashingEmbedder()
     model_dir = settings.embedder_model or bundled_embedder_dir()
+    if settings.embedder_backend in ("onnx", "onnx-int8"):
+        from retrieval.onnx_embedder import OnnxEmbedder, export_onnx
+
+        quantize = settings.embedder_backend == "onnx-int8"
+        # fp32 ONNX gives the PyTorch vectors (to ~1e-7), so the index stays valid
+        variant = "onnx-int8" if quantize else "sentence-transformers"
+        out = settings.data_dir / "models" / f"{model_dir.name}-{settings.embedder_backend}"
+        return OnnxEmbedder(
+            export_onnx(model_dir, out, quantize=quantize),
+            model_id=model_id(model_dir, variant),
+            batch_size=settings.embed_batch_size,
+        )
     return SentenceTransformerEmbedder(model_dir, batch_size=settings.embed_batch_size)
 
 

@@ -50,8 +50,11 @@ class Settings(BaseSettings):
     )
 
     # --- retrieval --------------------------------------------------------------------------
-    embedder_backend: Literal["sentence-transformers", "fake"] = Field(
-        "sentence-transformers", description="'fake' is a deterministic hashing embedder."
+    embedder_backend: Literal["sentence-transformers", "onnx", "onnx-int8", "fake"] = Field(
+        "sentence-transformers",
+        description="'onnx' runs the same model on ONNX Runtime (exported on first use, same "
+        "vectors); 'onnx-int8' quantises it (faster, re-embeds everything once); 'fake' is a "
+        "deterministic hashing embedder.",
     )
     embedder_model: Path | None = Field(
         None,
@@ -128,7 +131,7 @@ class Settings(BaseSettings):
     )
     n_batch: int = Field(512, ge=32, le=8192, description="Most tokens in one llama_decode.")
     prefill_chunk_tokens: int = Field(
-        256, ge=16, le=8192, description="Prompt tokens prefilled per step between decodes."
+        256, ge=16, le=8192, description="Prompt tokens prefilled between two decode steps."
     )
     max_waiting_requests: int = Field(
         64, ge=1, description="Queued requests per model; beyond it 503 with Retry-After."

@@ -44,7 +44,7 @@ class SentenceTransformerEmbedder:
         self._batch_size = batch_size
         # The fast tokenizer is not safe to share between threads, so calls take turns.
         self._lock = threading.Lock()
-        self.model_id = f"sentence-transformers:{model_dir.name}:{_fingerprint(model_dir)}"
+        self.model_id = model_id(model_dir)
         dimension = self._model.get_embedding_dimension()
         if dimension is None:
             raise ValueError(f"cannot tell the embedding dimension of {model_dir}")
@@ -111,7 +111,12 @@ class HashingEmbedder:
         return [len(_TOKEN.findall(text)) for text in texts]
 
 
-def _fingerprint(model_dir: Path) -> str:
+def model_id(model_dir: Path, variant: str = "sentence-transformers") -> str:
+    """Names the vectors a model makes: the index is rebuilt when this changes."""
+    return f"{variant}:{model_dir.name}:{fingerprint(model_dir)}"
+
+
+def fingerprint(model_dir: Path) -> str:
     """Tells models apart by their files' names and sizes (cheap: nothing is read)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
