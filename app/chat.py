@@ -129,7 +129,8 @@ class ChatService:
                     yield event
         except StopRequested:  # the Stop button: store what was said and show it at once
             partial, left.partial = left.partial or "", None
-            yield DoneEvent(await self._save(question, stopped_text(partial), ()))
+            stored = await self._save(question, stopped_text(partial), (), left.context)
+            yield DoneEvent(stored)
         finally:
             self.running.forget(question.id)
             if left.partial is None:

@@ -76,6 +76,11 @@ def test_stop_ends_generation_and_stores_the_partial_answer(
     assert [n for n, _ in sse_events(client.get(f"/ui/answers/{question_id}/stream").text)] == [
         "done"
     ]
+    # What the model said is kept as it said it, for the next turn's prompt (and KV cache).
+    question = chat.conversations.message(question_id)
+    stored = chat.conversations.answer_to(question)
+    assert stored is not None and stored.context is not None
+    assert stored.context.answer.startswith("**Leave** word0")
     # Stopping it again is a clear 404, and the conversation goes on.
     assert client.post(f"/ui/questions/{question_id}/stop").status_code == 404
     backend.token_delay_s = 0.0
