@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     serve.add_argument("--data-dir", type=Path, help="database, index, uploads (default ./data)")
     prepare = commands.add_parser("prepare", help="put the default models in place, then exit")
     prepare.add_argument("--data-dir", type=Path, help="where models are kept (default ./data)")
+    ingest = commands.add_parser(
+        "ingest", help="add files and directories (recursively) to a collection, then exit"
+    )
+    ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    ingest.add_argument("--collection", default="default", help="collection name")
+    ingest.add_argument("--data-dir", type=Path, help="database, index, uploads (default ./data)")
+    ingest.add_argument("--batch", type=int, default=16, help="documents embedded together")
     args = parser.parse_args(argv)
     _stay_offline()
     if args.command == "serve":
         _serve(host=args.host, port=args.port, data_dir=args.data_dir)
     elif args.command == "prepare":
         _prepare(data_dir=args.data_dir)
+    elif args.command == "ingest":
+        from app.ingest_command import run_ingest
+
+        settings = _settings(data_dir=args.data_dir)
+        sys.exit(
+            run_ingest(settings, args.paths, collection=args.collection, batch_documents=args.batch)
+        )
 
 
 def _stay_offline() -> None:

@@ -30,6 +30,9 @@ from retrieval.uploads import UploadFiles
 log = logging.getLogger(__name__)
 
 Parse = Callable[[bytes, DocumentKind, str], ParsedDocument]
+# (document id, stage, detail): stages "parsed", "embedded", "indexed", "failed" (detail:
+# the reason); what the ``ragdesk ingest`` progress display shows per file.
+Progress = Callable[[int, str, str | None], None]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class IngestWorker:
         index_dir: Path,
         config: IngestConfig,
         parse: Parse = parse_document,
+        progress: Progress | None = None,
     ):
         self.store = store
         self.files = files
@@ -70,6 +74,7 @@ class IngestWorker:
         self.index_dir = index_dir
         self.config = config
         self.parse = parse  # production passes IsolatedParser.parse: a child process
+        self.progress = progress
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._dirty = threading.Event()
         self._stopping = threading.Event()
@@ -171,6 +176,7 @@ class IngestWorker:
             return
         offset = 0
         for item in prepared:
+            self._report(item.document_id, "embedded")
             item_vectors = vectors[offset : offset + len(item.chunk_ids)]
             offset += len(item.chunk_ids)
             self._index_safely(item, item_vectors)
@@ -182,6 +188,7 @@ class IngestWorker:
             log.exception("embedding document %s failed", item.document_id)
             self._fail(item.document_id, "internal error while embedding; see the server log")
             return
+        self._report(item.document_id, "embedded")
         self._index_safely(item, vectors)
 
     def _index_safely(self, item: _Prepared, vectors: Vectors) -> None:
@@ -234,6 +241,7 @@ class IngestWorker:
             ]
             chunk_ids = self.store.replace_content(document_id, parsed, chunks)
             self.store.set_status(document_id, DocumentStatus.EMBEDDING)
+            self._report(document_id, "parsed", f"{len(chunks)} chunks")
         except DocumentGone:
             log.info("document %s was deleted during ingestion", document_id)
             return None
@@ -250,6 +258,7 @@ class IngestWorker:
         if self.store.get_document(item.document_id) is None:  # deleted while we were adding
             self.index.remove(ids)
         self.mark_dirty()
+        self._report(item.document_id, "indexed", f"{len(item.chunk_ids)} chunks")
         log.info(
             "indexed document %s: %d pages, %d chunks in %.2fs",
             item.document_id,
@@ -265,6 +274,14 @@ class IngestWorker:
             return
         with contextlib.suppress(DocumentGone):  # deleted meanwhile: nothing to mark
             self.store.set_status(document_id, DocumentStatus.FAILED, reason)
+            self._report(document_id, "failed", reason)
+
+    def _report(self, document_id: int, stage: str, detail: str | None = None) -> None:
+        if self.progress is not None:
+            try:
+                self.progress(document_id, stage, detail)
+            except Exception:  # a display problem must never fail ingestion
+                log.exception("progress callback failed")
 
 
 def embedding_text(title: str, chunk: ChunkSpan) -> str:

@@ -19,7 +19,13 @@ from retrieval.parsers.pdf import parse_pdf
 from retrieval.parsers.text import decode_text, parse_csv, parse_markdown, parse_plain_text
 from retrieval.types import DocumentKind, ParsedDocument
 
-__all__ = ["ParseError", "UnsupportedDocumentType", "detect_kind", "parse_document"]
+__all__ = [
+    "SUPPORTED_EXTENSIONS",
+    "ParseError",
+    "UnsupportedDocumentType",
+    "detect_kind",
+    "parse_document",
+]
 
 _EXTENSIONS: dict[str, DocumentKind] = {
     ".pdf": DocumentKind.PDF,
@@ -33,6 +39,7 @@ _EXTENSIONS: dict[str, DocumentKind] = {
     ".text": DocumentKind.TEXT,
     ".csv": DocumentKind.CSV,
 }
+SUPPORTED_EXTENSIONS = frozenset(_EXTENSIONS)
 _SNIFF_BYTES = 8192
 
 
