@@ -28,6 +28,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ingest.add_argument("--collection", default="default", help="collection name")
     ingest.add_argument("--data-dir", type=Path, help="database, index, uploads (default ./data)")
     ingest.add_argument("--batch", type=int, default=16, help="documents embedded together")
+    evaluate = commands.add_parser(
+        "eval", help="recall@k, MRR, answer containment and latency on a golden set (JSONL)"
+    )
+    evaluate.add_argument("golden", nargs="?", type=Path, metavar="GOLDEN.jsonl")
+    evaluate.add_argument("--collection", help="search this collection only (default: all)")
+    evaluate.add_argument("--k", type=int, default=5, help="passages retrieved per question")
+    evaluate.add_argument("--history", action="store_true", help="list earlier runs")
+    evaluate.add_argument("--data-dir", type=Path, help="database, index (default ./data)")
     args = parser.parse_args(argv)
     _stay_offline()
     if args.command == "serve":
@@ -41,6 +49,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(
             run_ingest(settings, args.paths, collection=args.collection, batch_documents=args.batch)
         )
+    elif args.command == "eval":
+        from app.eval_command import run_eval
+
+        settings = _settings(data_dir=args.data_dir)
+        options = {"collection": args.collection, "k": args.k, "history": args.history}
+        sys.exit(run_eval(settings, args.golden, **options))
 
 
 def _stay_offline() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from retrieval.db import Database
 from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
+from retrieval.evaluation import ranking_metrics
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
 from retrieval.search import Retriever, SearchConfig
@@ -90,14 +91,7 @@ def first_rank(
 
 
 def metrics(ranks: list[int | None]) -> dict[str, float]:
-    n = len(ranks)
-    found = [r for r in ranks if r is not None]
-    return {
-        "recall@1": sum(r <= 1 for r in found) / n,
-        "recall@5": sum(r <= 5 for r in found) / n,
-        "recall@20": sum(r <= DEPTH for r in found) / n,
-        "mrr": sum(1 / r for r in found) / n,
-    }
+    return ranking_metrics(ranks, [1, 5, DEPTH])
 
 
 def evaluate(

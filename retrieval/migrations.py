@@ -200,3 +200,40 @@ def m006_chunks_fts(db: sqlite_utils.Database) -> None:
             SELECT c.id, COALESCE(d.title, d.filename), c.heading, c.text
             FROM chunks c JOIN documents d ON d.id = c.document_id"""
     )
+
+
+@migration
+def m009_eval_runs_and_embedding_cache(db: sqlite_utils.Database) -> None:
+    """Retrieval evaluation runs (``ragdesk eval``), and vectors by the text they embed.
+
+    The cache is keyed by SHA-256 of the exact embedded text and the model id, so identical
+    chunks (a re-upload, a near-duplicate document) are never embedded twice.
+    """
+    db.execute(
+        """CREATE TABLE eval_runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            created_at REAL NOT NULL,
+            golden TEXT NOT NULL,
+            golden_sha256 TEXT NOT NULL,
+            collection TEXT,
+            k INTEGER NOT NULL,
+            mode TEXT NOT NULL,
+            model_id TEXT NOT NULL,
+            questions INTEGER NOT NULL,
+            recall REAL NOT NULL,
+            mrr REAL NOT NULL,
+            answer_containment REAL,
+            latency_p50_ms REAL NOT NULL,
+            latency_p95_ms REAL NOT NULL,
+            details TEXT NOT NULL
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE embedding_cache (
+            text_sha256 TEXT NOT NULL,
+            model_id TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (text_sha256, model_id)
+        ) WITHOUT ROWID"""
+    )

@@ -1,0 +1,176 @@
+"""Retrieval evaluation against a golden set: recall@k, MRR, answer containment, latency.
+
+A golden set is JSONL, one question per line::
+
+    {"question": "...", "document": "guide.md", "passage": "...", "answer": "..."}
+
+``document`` (a filename or title) and ``passage`` (a string inside the passage) say which
+hits are relevant; without ``passage``, ``answer`` plays its part. At least one of the
+three is required. Answer containment asks only whether any retrieved passage contains
+the ``answer`` string. All string comparisons ignore case.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from retrieval.search import Retriever
+from retrieval.store import DocumentStore
+from retrieval.types import Hit
+
+
+class GoldenSetError(ValueError):
+    """The golden set cannot be used; the message names the line and the problem."""
+
+
+@dataclass(frozen=True)
+class GoldenQuestion:
+    question: str
+    document: str | None = None
+    passage: str | None = None
+    answer: str | None = None
+
+    def is_relevant(self, hit: Hit, filename: str) -> bool:
+        if self.document is not None and self.document.lower() not in (
+            filename.lower(),
+            hit.title.lower(),
+        ):
+            return False
+        needle = self.passage if self.passage is not None else self.answer
+        return needle is None or needle.lower() in hit.text.lower()
+
+    def contains_answer(self, hits: Sequence[Hit]) -> bool:
+        assert self.answer is not None
+        return any(self.answer.lower() in hit.text.lower() for hit in hits)
+
+
+def load_golden(path: Path) -> list[GoldenQuestion]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GoldenSetError(f"cannot read {path}: {exc}") from exc
+    questions = [
+        _question(number, line) for number, line in enumerate(lines, start=1) if line.strip()
+    ]
+    if not questions:
+        raise GoldenSetError(f"{path} holds no questions")
+    return questions
+
+
+def _question(number: int, line: str) -> GoldenQuestion:
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        raise GoldenSetError(f"line {number}: not JSON ({exc})") from exc
+    if not isinstance(row, dict):
+        raise GoldenSetError(f"line {number}: expected a JSON object")
+    values: dict[str, str | None] = {}
+    for key in ("question", "document", "passage", "answer"):
+        value = row.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise GoldenSetError(f"line {number}: {key!r} must be a non-empty string")
+        values[key] = value
+    question = values.pop("question")
+    if question is None:
+        raise GoldenSetError(f"line {number}: 'question' is missing")
+    if all(value is None for value in values.values()):
+        raise GoldenSetError(f"line {number}: give 'document', 'passage' or 'answer'")
+    return GoldenQuestion(question, **values)
+
+
+def ranking_metrics(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[str, float]:
+    """recall@k for each k and MRR, from each question's first relevant rank (None: none)."""
+    n = len(ranks)
+    found = [r for r in ranks if r is not None]
+    result = {f"recall@{k}": sum(r <= k for r in found) / n for k in ks}
+    result["mrr"] = sum(1 / r for r in found) / n
+    return result
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    question: str
+    rank: int | None  # of the first relevant hit, within k
+    answer_found: bool | None  # None: the question gives no answer string
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    k: int
+    questions: int
+    recall: float  # recall@k
+    mrr: float  # MRR@k
+    answer_containment: float | None  # over questions that give an answer
+    latency_p50_ms: float
+    latency_p95_ms: float
+    results: tuple[QuestionResult, ...]
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {
+            "k": self.k,
+            "questions": self.questions,
+            f"recall@{self.k}": round(self.recall, 4),
+            "mrr": round(self.mrr, 4),
+            "answer_containment": None
+            if self.answer_containment is None
+            else round(self.answer_containment, 4),
+            "latency_p50_ms": round(self.latency_p50_ms, 2),
+            "latency_p95_ms": round(self.latency_p95_ms, 2),
+        }
+
+
+def evaluate(
+    retriever: Retriever,
+    store: DocumentStore,
+    questions: Sequence[GoldenQuestion],
+    *,
+    k: int = 5,
+    collection_ids: Collection[int] | None = None,
+    min_score: float | None = None,
+) -> EvalReport:
+    """Search each question (end to end, timed) and score the top ``k``."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    filenames = {d.id: d.filename for d in store.list_documents()}
+    retriever.search(questions[0].question, k, collection_ids=collection_ids)  # warm-up
+    results = []
+    for item in questions:
+        started = time.perf_counter()
+        hits = retriever.search(
+            item.question, k, min_score=min_score, collection_ids=collection_ids
+        ).hits
+        latency = time.perf_counter() - started
+        rank = next(
+            (
+                n
+                for n, hit in enumerate(hits, start=1)
+                if item.is_relevant(hit, filenames.get(hit.document_id, ""))
+            ),
+            None,
+        )
+        found = None if item.answer is None else item.contains_answer(hits)
+        results.append(QuestionResult(item.question, rank, found, latency))
+    scores = ranking_metrics([r.rank for r in results], [k])
+    answered = [r.answer_found for r in results if r.answer_found is not None]
+    latencies_ms = [r.latency_s * 1000 for r in results]
+    return EvalReport(
+        k=k,
+        questions=len(results),
+        recall=scores[f"recall@{k}"],
+        mrr=scores["mrr"],
+        answer_containment=sum(answered) / len(answered) if answered else None,
+        latency_p50_ms=statistics.median(latencies_ms),
+        latency_p95_ms=percentile(latencies_ms, 0.95),
+        results=tuple(results),
+    )
