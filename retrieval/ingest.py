@@ -20,6 +20,7 @@ import numpy as np
 
 from retrieval.chunking import chunk_page
 from retrieval.embedder import Embedder, Vectors
+from retrieval.embedding_cache import EmbeddingCache
 from retrieval.index import FaissIndex
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
@@ -42,6 +43,7 @@ class IngestConfig:
     checkpoint_seconds: float = 5.0  # quiet time before saving; 0 saves after every batch
     max_checkpoint_interval: float = 60.0  # save at least this often under constant load
     max_batch_documents: int = 32
+    embedding_cache: bool = True  # reuse vectors of texts embedded before (by content hash)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class IngestWorker:
         self.config = config
         self.parse = parse  # production passes IsolatedParser.parse: a child process
         self.progress = progress
+        self.cache = EmbeddingCache(store.db) if config.embedding_cache else None
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._dirty = threading.Event()
         self._stopping = threading.Event()
@@ -168,7 +171,7 @@ class IngestWorker:
         prepared = [p for p in map(self._prepare_safely, document_ids) if p is not None]
         try:
             # One call for all: the embedder sorts by length and fills whole batches.
-            vectors = self.embedder.embed_batch([text for p in prepared for text in p.texts])
+            vectors = self._embed([text for p in prepared for text in p.texts])
         except Exception:
             log.exception("embedding %d documents together failed; one by one", len(prepared))
             for item in prepared:
@@ -183,13 +186,18 @@ class IngestWorker:
 
     def _embed_and_index_alone(self, item: _Prepared) -> None:
         try:
-            vectors = self.embedder.embed_batch(item.texts)
+            vectors = self._embed(item.texts)
         except Exception:
             log.exception("embedding document %s failed", item.document_id)
             self._fail(item.document_id, "internal error while embedding; see the server log")
             return
         self._report(item.document_id, "embedded")
         self._index_safely(item, vectors)
+
+    def _embed(self, texts: list[str]) -> Vectors:
+        if self.cache is None:
+            return self.embedder.embed_batch(texts)
+        return self.cache.embed(self.embedder, texts)
 
     def _index_safely(self, item: _Prepared, vectors: Vectors) -> None:
         try:
