@@ -193,3 +193,68 @@ class Conversations:
             for m in messages
             if m.role == "user" and m.id < question.id and m.id in answers
         ]
+
+    # --- managing conversations from the UI (rename, pin, delete, edit, regenerate) ---------
+    def listing(self, query: str = "", limit: int = 200) -> list[tuple[Conversation, bool]]:
+        """Conversations with their pinned flag, pinned first, then most recent; ``query``
+        keeps those whose title contains it (case-insensitive, taken literally)."""
+        pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self.db.read().query(
+            "SELECT c.*, p.pinned_at IS NOT NULL AS pinned FROM conversations c"
+            " LEFT JOIN conversation_pins p ON p.conversation_id = c.id"
+            " WHERE c.title LIKE ? ESCAPE '\\'"
+            " ORDER BY pinned DESC, c.updated_at DESC LIMIT ?",
+            [pattern, limit],
+        )
+        return [(Conversation(**_fields(row)), bool(row["pinned"])) for row in rows]
+
+    def is_pinned(self, conversation_id: int) -> bool:
+        rows = self.db.read().execute(
+            "SELECT 1 FROM conversation_pins WHERE conversation_id = ?", [conversation_id]
+        )
+        return rows.fetchone() is not None
+
+    def rename(self, conversation_id: int, title: str) -> Conversation | None:
+        """Set the title (whitespace collapsed, at most 80 characters); None if no such row."""
+        title = " ".join(title.split())[:80]
+        with self.db.write() as db:
+            db.execute("UPDATE conversations SET title = ? WHERE id = ?", [title, conversation_id])
+        return self.get(conversation_id)
+
+    def set_pinned(self, conversation_id: int, pinned: bool) -> None:
+        with self.db.write() as db:
+            if pinned:
+                db.execute(
+                    "INSERT OR IGNORE INTO conversation_pins (conversation_id, pinned_at)"
+                    " VALUES (?, ?)",
+                    [conversation_id, time.time()],
+                )
+            else:
+                db.execute(
+                    "DELETE FROM conversation_pins WHERE conversation_id = ?", [conversation_id]
+                )
+
+    def delete(self, conversation_id: int) -> bool:
+        """Delete the conversation and its messages; False when there was none."""
+        with self.db.write() as db:
+            db.execute("DELETE FROM messages WHERE conversation_id = ?", [conversation_id])
+            db.execute("DELETE FROM conversation_pins WHERE conversation_id = ?", [conversation_id])
+            cursor = db.execute("DELETE FROM conversations WHERE id = ?", [conversation_id])
+        return cursor.rowcount > 0
+
+    def delete_answer(self, answer: Message) -> None:
+        """Forget one answer (to write it again): its question stays, unanswered."""
+        with self.db.write() as db:
+            db.execute("DELETE FROM messages WHERE id = ? AND role = 'assistant'", [answer.id])
+
+    def truncate_from(self, question: Message) -> None:
+        """Delete ``question`` and every later message of its conversation (edit and resend)."""
+        with self.db.write() as db:
+            db.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
+                [question.conversation_id, question.id],
+            )
+
+
+def _fields(row: dict[str, Any]) -> dict[str, Any]:
+    return {name: row[name] for name in ("id", "title", "created_at", "updated_at")}

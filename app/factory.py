@@ -14,12 +14,15 @@ from app.errors import handle_error
 from app.metrics import metrics_endpoint
 from app.rendering import render_answer
 from app.routes.api import ChatApi, DocumentsApi, SearchApi
+from app.routes.collections_ui import CollectionsUi
 from app.routes.completions import CompletionsApi
+from app.routes.conversations_ui import ConversationsUi
 from app.routes.health import live, ready
 from app.routes.openai import openai_router
 from app.routes.pages import Pages, Partials
 from app.services import services_lifespan
 from app.settings import Settings
+from app.ui_format import register_filters
 
 # No inline script or style, nothing from other origins; htmx's SSE uses connect-src 'self'.
 CONTENT_SECURITY_POLICY = (
@@ -43,6 +46,7 @@ def _add_security_headers(response: Response[Any]) -> Response[Any]:
 
 def _configure_templates(engine: JinjaTemplateEngine) -> None:
     engine.engine.globals["render_answer"] = render_answer
+    register_filters(engine.engine.filters)
 
 
 def create_app(settings: Settings | None = None) -> Litestar:
@@ -53,6 +57,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             ready,
             Pages,
             Partials,
+            ConversationsUi,
+            CollectionsUi,
             DocumentsApi,
             SearchApi,
             ChatApi,

@@ -203,6 +203,20 @@ def m006_chunks_fts(db: sqlite_utils.Database) -> None:
 
 
 @migration
+def m007_ui_conversation_pins(db: sqlite_utils.Database) -> None:
+    """Conversations pinned to the top of the sidebar (a table, so rows read as before)."""
+    db.execute(
+        """
+        CREATE TABLE conversation_pins (
+            conversation_id INTEGER PRIMARY KEY
+                REFERENCES conversations(id) ON DELETE CASCADE,
+            pinned_at REAL NOT NULL
+        )
+        """
+    )
+
+
+@migration
 def m009_eval_runs_and_embedding_cache(db: sqlite_utils.Database) -> None:
     """Retrieval evaluation runs (``ragdesk eval``), and vectors by the text they embed.
 

@@ -35,7 +35,19 @@
     "u": function () { openDialog("upload-dialog"); },
     "t": function () { var b = $("#theme-toggle"); if (b) { b.click(); } },
     "?": function () { openDialog("help-dialog"); },
+    "j": function () { goToConversation(1); },
+    "k": function () { goToConversation(-1); },
+    "b": function () { window.ragdeskTogglePane("sidebar"); },
+    "i": function () { window.ragdeskTogglePane("inspector"); },
   };
+  // Next (j) and previous (k) conversation, in the sidebar's order.
+  function goToConversation(step) {
+    var links = Array.prototype.slice.call(document.querySelectorAll("#conversation-list a[href^='/c/']"));
+    if (!links.length) { return; }
+    var current = links.findIndex(function (a) { return a.getAttribute("aria-current") === "page"; });
+    var next = current < 0 ? (step > 0 ? 0 : links.length - 1) : current + step;
+    if (next >= 0 && next < links.length) { window.location.href = links[next].getAttribute("href"); }
+  }
   function openDialog(id) {
     var dialog = document.getElementById(id);
     if (dialog && !dialog.open && !document.querySelector("dialog[open]")) { dialog.showModal(); }

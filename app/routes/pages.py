@@ -24,6 +24,12 @@ from app.intake import read_files, submit_all
 from app.rendering import highlight_passage
 from app.schemas import MAX_ROW_ID, RowId
 from app.services import Services
+from app.ui_context import (
+    conversation_list_context,
+    library_context,
+    shell_context,
+    status_context,
+)
 from retrieval.store import DocumentGone
 
 log = logging.getLogger(__name__)
@@ -44,41 +50,6 @@ def form_row_id(raw: str) -> int | None:
     if not _ROW_ID.fullmatch(raw) or not 1 <= int(raw) <= MAX_ROW_ID:
         raise NotFound("no such conversation")
     return int(raw)
-
-
-def library_context(services: Services) -> dict[str, Any]:
-    return {
-        "collections": services.store.collections(),
-        "documents": services.store.list_documents(),
-    }
-
-
-def shell_context(services: Services, conversation_id: int | None) -> dict[str, Any]:
-    conversation = services.conversations.get(conversation_id) if conversation_id else None
-    return {
-        **library_context(services),
-        "conversations": services.conversations.recent(),
-        "conversation": conversation,
-        "messages": services.conversations.messages(conversation.id) if conversation else [],
-        "status": status_context(services),
-    }
-
-
-def status_context(services: Services) -> dict[str, Any]:
-    retrieval = services.retrieval
-    models = services.loaded_models()
-    stats = [m.stats() for m in models]
-    return {
-        "ready": services.ready,
-        "problem": services.problem,
-        "model": ", ".join(m.name for m in models) or None,
-        "device": ", ".join(sorted({m.device for m in models})) or None,
-        "running": sum(s.running for s in stats),
-        "waiting": sum(s.waiting for s in stats),
-        "embedder": retrieval.embedder.model_id if retrieval else None,
-        "vectors": retrieval.worker.index.count if retrieval else 0,
-        "queue": retrieval.worker.pending if retrieval else 0,
-    }
 
 
 class Pages(Controller):
@@ -148,7 +119,7 @@ class Partials(Controller):
                 "question": question,
                 "conversation": conversation,
                 "new_conversation": conversation_id is None,
-                "conversations": await asyncio.to_thread(services.conversations.recent),
+                **await asyncio.to_thread(conversation_list_context, services),
             },
             headers={"HX-Push-Url": f"/c/{conversation.id}"} if conversation_id is None else {},
         )
@@ -203,7 +174,7 @@ class Partials(Controller):
 
     @get("/library")
     async def library(self, services: Services) -> Template:
-        """The sidebar's collections and documents."""
+        """The sidebar's collections with their document counts."""
         context = await asyncio.to_thread(library_context, services)
         return Template("_library.html", context=context)
 

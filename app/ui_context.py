@@ -1,0 +1,82 @@
+"""What the desktop-style shell shows: sidebar, conversation groups, status bar."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from app.conversations import Conversation
+from app.services import Services
+
+CONVERSATION_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class ConversationGroup:
+    label: str
+    items: list[tuple[Conversation, bool]]  # (conversation, pinned)
+
+
+def group_conversations(
+    listing: list[tuple[Conversation, bool]], now: float | None = None
+) -> list[ConversationGroup]:
+    """Pinned first, then Today / Yesterday / Previous 7 days / Older by last activity,
+    in the server's local time; empty groups are left out."""
+    today = datetime.fromtimestamp(time.time() if now is None else now).date()
+    labels = ("Pinned", "Today", "Yesterday", "Previous 7 days", "Older")
+    groups: dict[str, list[tuple[Conversation, bool]]] = {label: [] for label in labels}
+    for conversation, pinned in listing:
+        label = "Pinned" if pinned else _age_label(today, conversation.updated_at)
+        groups[label].append((conversation, pinned))
+    return [ConversationGroup(label, items) for label, items in groups.items() if items]
+
+
+def _age_label(today: date, timestamp: float) -> str:
+    day = datetime.fromtimestamp(timestamp).date()
+    if day >= today:
+        return "Today"
+    if day == today - timedelta(days=1):
+        return "Yesterday"
+    return "Previous 7 days" if day >= today - timedelta(days=7) else "Older"
+
+
+def conversation_list_context(services: Services, query: str = "") -> dict[str, Any]:
+    listing = services.conversations.listing(query, CONVERSATION_LIMIT)
+    return {"groups": group_conversations(listing), "query": query}
+
+
+def library_context(services: Services) -> dict[str, Any]:
+    return {"collections": services.store.collections()}
+
+
+def shell_context(services: Services, conversation_id: int | None) -> dict[str, Any]:
+    conversations = services.conversations
+    conversation = conversations.get(conversation_id) if conversation_id else None
+    return {
+        **library_context(services),
+        **conversation_list_context(services),
+        "conversation": conversation,
+        "pinned": conversations.is_pinned(conversation.id) if conversation else False,
+        "messages": conversations.messages(conversation.id) if conversation else [],
+        "status": status_context(services),
+    }
+
+
+def status_context(services: Services) -> dict[str, Any]:
+    retrieval = services.retrieval
+    models = services.loaded_models()
+    stats = [m.stats() for m in models]
+    return {
+        "ready": services.ready,
+        "problem": services.problem,
+        "model": ", ".join(m.name for m in models) or None,
+        "device": ", ".join(sorted({m.device for m in models})) or None,
+        "running": sum(s.running for s in stats),
+        "waiting": sum(s.waiting for s in stats),
+        "embedder": retrieval.embedder.model_id if retrieval else None,
+        "vectors": retrieval.worker.index.count if retrieval else 0,
+        "documents": sum(c.document_count for c in services.store.collections()),
+        "queue": retrieval.worker.pending if retrieval else 0,
+    }

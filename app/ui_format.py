@@ -1,0 +1,27 @@
+"""Small Jinja filters for the UI: sizes and times as people read them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+
+def filesize(size: int) -> str:
+    value = float(size)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{int(value)} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def isotime(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec="seconds")
+
+
+def shorttime(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
+
+
+def register_filters(filters: dict[str, Any]) -> None:
+    filters.update(filesize=filesize, isotime=isotime, shorttime=shorttime)

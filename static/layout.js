@@ -1,0 +1,242 @@
+// The desktop shell: resizable panes, menus, pane toggles, the selected collection,
+// citations that select their source in the inspector, and the connection state.
+(function () {
+  "use strict";
+  var root = document.documentElement;
+  var LIMITS = { sidebar: [180, 600], inspector: [200, 700] };
+
+  function store(key, value) {
+    try {
+      if (value === null) { window.localStorage.removeItem("ragdesk." + key); }
+      else { window.localStorage.setItem("ragdesk." + key, value); }
+    } catch (error) { /* storage disabled: this page only */ }
+  }
+  function stored(key) {
+    try { return window.localStorage.getItem("ragdesk." + key); } catch (error) { return null; }
+  }
+
+  // --- Resizable panes: drag a divider, or focus it and use the arrow keys -------------
+  function paneWidth(pane) { return document.getElementById(pane).getBoundingClientRect().width; }
+  function setWidth(pane, width, save) {
+    var limits = LIMITS[pane];
+    // Never squeeze the chat below 360 px, whatever the window size.
+    var other = pane === "sidebar" ? "inspector" : "sidebar";
+    var room = window.innerWidth - 360 - (root.dataset[other] === "hidden" ? 0 : paneWidth(other));
+    var clamped = Math.round(Math.max(limits[0], Math.min(limits[1], room, width)));
+    root.style.setProperty("--" + pane + "-width", clamped + "px");
+    var splitter = document.querySelector(".splitter[data-pane=" + pane + "]");
+    if (splitter) { splitter.setAttribute("aria-valuenow", String(clamped)); }
+    if (save) { store(pane + "Width", String(clamped)); }
+  }
+  document.addEventListener("pointerdown", function (event) {
+    var splitter = event.target.closest(".splitter");
+    if (!splitter || event.button !== 0) { return; }
+    event.preventDefault();
+    var pane = splitter.dataset.pane;
+    var startX = event.clientX, startWidth = paneWidth(pane);
+    var sign = pane === "sidebar" ? 1 : -1;
+    splitter.setPointerCapture(event.pointerId);
+    root.classList.add("resizing");
+    function move(e) { setWidth(pane, startWidth + sign * (e.clientX - startX), false); }
+    function up() {
+      splitter.removeEventListener("pointermove", move);
+      splitter.removeEventListener("pointerup", up);
+      root.classList.remove("resizing");
+      setWidth(pane, paneWidth(pane), true);
+    }
+    splitter.addEventListener("pointermove", move);
+    splitter.addEventListener("pointerup", up);
+  });
+  document.addEventListener("keydown", function (event) {
+    var splitter = event.target.closest && event.target.closest(".splitter");
+    if (!splitter) { return; }
+    var pane = splitter.dataset.pane, sign = pane === "sidebar" ? 1 : -1;
+    var step = event.shiftKey ? 60 : 20;
+    var delta = { ArrowLeft: -step * sign, ArrowRight: step * sign }[event.key];
+    if (event.key === "Home") { setWidth(pane, LIMITS[pane][0], true); }
+    else if (event.key === "End") { setWidth(pane, LIMITS[pane][1], true); }
+    else if (delta) { setWidth(pane, paneWidth(pane) + delta, true); }
+    else { return; }
+    event.preventDefault();
+  });
+  function syncSplitters() {
+    ["sidebar", "inspector"].forEach(function (pane) {
+      var splitter = document.querySelector(".splitter[data-pane=" + pane + "]");
+      var element = document.getElementById(pane);
+      if (splitter && element) { splitter.setAttribute("aria-valuenow", String(Math.round(paneWidth(pane)))); }
+    });
+  }
+
+  // --- Showing and hiding panes ----------------------------------------------------------
+  function togglePane(pane) {
+    var hidden = root.dataset[pane] !== "hidden";
+    if (hidden) { root.dataset[pane] = "hidden"; } else { delete root.dataset[pane]; }
+    store(pane + "Hidden", hidden ? "1" : null);
+    document.querySelectorAll("[data-toggle-pane=" + pane + "]").forEach(function (b) {
+      b.setAttribute("aria-checked", hidden ? "false" : "true");
+    });
+  }
+  window.ragdeskTogglePane = togglePane;
+
+  // --- Menus (menu button pattern: Enter/Space/ArrowDown open, arrows move, Esc closes) ---
+  function items(menu) { return Array.prototype.slice.call(menu.querySelectorAll("[role^=menuitem]:not([disabled])")); }
+  function openMenu(button, focusLast) {
+    closeMenus(button);
+    var menu = document.getElementById(button.getAttribute("aria-controls"));
+    menu.hidden = false;
+    button.setAttribute("aria-expanded", "true");
+    var list = items(menu);
+    if (list.length) { list[focusLast ? list.length - 1 : 0].focus(); }
+  }
+  function closeMenus(except) {
+    document.querySelectorAll(".menu-button[aria-expanded=true]").forEach(function (button) {
+      if (button === except) { return; }
+      button.setAttribute("aria-expanded", "false");
+      document.getElementById(button.getAttribute("aria-controls")).hidden = true;
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest(".menu-button");
+    if (button) {
+      if (button.getAttribute("aria-expanded") === "true") { closeMenus(); } else { openMenu(button, false); }
+      return;
+    }
+    var item = event.target.closest("[role^=menuitem]");
+    if (item || !event.target.closest("[role=menu]")) { closeMenus(); }
+    var action = event.target.closest("[data-action]");
+    if (action && ACTIONS[action.dataset.action]) { ACTIONS[action.dataset.action](event); }
+    var toggle = event.target.closest("[data-toggle-pane]");
+    if (toggle) { togglePane(toggle.dataset.togglePane); }
+  });
+  document.addEventListener("keydown", function (event) {
+    var button = event.target.closest && event.target.closest(".menu-button");
+    if (button && (event.key === "ArrowDown" || event.key === "ArrowUp")) {
+      event.preventDefault();
+      openMenu(button, event.key === "ArrowUp");
+      return;
+    }
+    var menu = event.target.closest && event.target.closest("[role=menu]");
+    if (!menu) { return; }
+    var list = items(menu), index = list.indexOf(event.target);
+    var opener = document.querySelector("[aria-controls=" + menu.id + "]");
+    var buttons = Array.prototype.slice.call(document.querySelectorAll(".menu-button"));
+    if (event.key === "ArrowDown") { list[(index + 1) % list.length].focus(); }
+    else if (event.key === "ArrowUp") { list[(index - 1 + list.length) % list.length].focus(); }
+    else if (event.key === "Home") { list[0].focus(); }
+    else if (event.key === "End") { list[list.length - 1].focus(); }
+    else if (event.key === "Escape" || event.key === "Tab") {
+      closeMenus();
+      if (event.key === "Escape") { opener.focus(); }
+      else { return; }
+    } else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
+      var next = buttons[(buttons.indexOf(opener) + (event.key === "ArrowRight" ? 1 : buttons.length - 1)) % buttons.length];
+      openMenu(next, false);
+    } else { return; }
+    event.preventDefault();
+    event.stopPropagation();
+  }, true);
+
+  function openDialog(id) {
+    var dialog = document.getElementById(id);
+    if (dialog && !dialog.open && !document.querySelector("dialog[open]")) { dialog.showModal(); }
+  }
+  var ACTIONS = {
+    "upload": function () { openDialog("upload-dialog"); },
+    "help": function () { openDialog("help-dialog"); },
+    "about": function () { openDialog("about-dialog"); },
+    "theme": function () { var b = document.getElementById("theme-toggle"); if (b) { b.click(); } },
+  };
+  window.ragdeskOpenDialog = openDialog;
+
+  // --- The selected collection, remembered across reloads ----------------------------------
+  function markCollection() {
+    var id = stored("collection");
+    var links = document.querySelectorAll("[data-collection-link]");
+    if (!id && links.length) { id = links[0].dataset.collectionLink; }
+    var view = document.querySelector(".collection-view");
+    if (view) { id = view.dataset.collection; store("collection", id); }
+    links.forEach(function (link) {
+      var selected = link.dataset.collectionLink === id;
+      link.closest(".list-item").classList.toggle("selected", selected);
+      if (selected) { link.setAttribute("aria-current", "true"); } else { link.removeAttribute("aria-current"); }
+    });
+  }
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest("[data-collection-link]");
+    if (link) { store("collection", link.dataset.collectionLink); }
+  });
+
+  // --- A citation [n] selects its source in the inspector (the link still opens the page) --
+  function selectSource(messageId, number) {
+    var target = document.getElementById("source-" + messageId + "-" + number);
+    document.querySelectorAll(".source.selected").forEach(function (s) { s.classList.remove("selected"); });
+    if (!target) { return false; }
+    target.classList.add("selected");
+    target.scrollIntoView({ block: "nearest" });
+    if (root.dataset.inspector === "hidden") { togglePane("inspector"); }
+    return true;
+  }
+  function selectAnswer(article) {
+    document.querySelectorAll("article.msg.selected").forEach(function (a) { a.classList.remove("selected"); });
+    article.classList.add("selected");
+  }
+  document.addEventListener("click", function (event) {
+    var cite = event.target.closest("a.cite");
+    var article = event.target.closest("article.msg.assistant[data-message]");
+    if (!article) { return; }
+    selectAnswer(article);
+    if (!cite) { return; }
+    var messageId = article.dataset.message, number = cite.textContent.replace(/[^0-9]/g, "");
+    if (selectSource(messageId, number)) { return; }
+    htmx.ajax("GET", "/ui/messages/" + messageId + "/sources", { target: "#sources-pane" }).then(function () {
+      selectSource(messageId, number);
+    });
+  });
+
+  // --- Edit and resend a question ---------------------------------------------------------
+  document.addEventListener("click", function (event) {
+    var edit = event.target.closest("[data-edit]");
+    var cancel = event.target.closest("[data-cancel-edit]");
+    var id = edit ? edit.dataset.edit : cancel ? cancel.dataset.cancelEdit : null;
+    if (!id) { return; }
+    var form = document.getElementById("edit-" + id);
+    form.hidden = !edit;
+    var button = document.querySelector("[data-edit='" + id + "']");
+    button.setAttribute("aria-expanded", edit ? "true" : "false");
+    if (edit) { form.querySelector("textarea").focus(); } else { button.focus(); }
+  });
+
+  // --- Rename: close the dialog once the server took the new title -----------------------
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.elt.id === "rename-form" && event.detail.successful) {
+      document.getElementById("rename-dialog").close();
+      var title = document.getElementById("rename-input").value.trim();
+      if (title) { document.title = title + " — Ragdesk"; }
+    }
+  });
+
+  // --- Connection state: the status bar polls; a failed poll means we are offline --------
+  function connection(online) {
+    var element = document.getElementById("connection");
+    if (!element || element.dataset.state === (online ? "online" : "offline")) { return; }
+    element.dataset.state = online ? "online" : "offline";
+    element.querySelector(".dot").className = "dot " + (online ? "ok" : "bad");
+    element.querySelector(".connection-text").textContent = online ? "Connected" : "Offline: retrying…";
+  }
+  document.addEventListener("htmx:sendError", function () { connection(false); });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.xhr && event.detail.xhr.status > 0) { connection(true); }
+  });
+  window.addEventListener("offline", function () { connection(false); });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    markCollection();
+    syncSplitters();
+    ["sidebar", "inspector"].forEach(function (pane) {
+      document.querySelectorAll("[data-toggle-pane=" + pane + "]").forEach(function (b) {
+        b.setAttribute("aria-checked", root.dataset[pane] === "hidden" ? "false" : "true");
+      });
+    });
+  });
+  document.addEventListener("htmx:afterSettle", markCollection);
+})();

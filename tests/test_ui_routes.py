@@ -1,0 +1,268 @@
+"""The desktop UI's htmx routes: conversations (list, rename, pin, delete, export,
+regenerate, edit and resend) and the collection view (table, re-ingest, download)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from litestar.testing import TestClient
+
+from app.conversations import Conversation
+from app.ui_context import group_conversations
+from tests.conftest import fake_model, sse_events, upload, wait_indexed
+from tests.test_pages import HOSTILE, injected_markup
+
+HX = {"HX-Request": "true"}
+
+
+def ask(client: TestClient[Any], text: str, conversation_id: int | None = None) -> int:
+    """Ask and stream the answer to the end; returns the conversation id."""
+    data = {"message": text, "conversation_id": str(conversation_id or "")}
+    turn = client.post("/ui/ask", data=data)
+    assert turn.status_code == 200, turn.text
+    question_id = int(re.search(r"/ui/answers/(\d+)/stream", turn.text).group(1))  # type: ignore[union-attr]
+    assert sse_events(client.get(f"/ui/answers/{question_id}/stream").text)[-1][0] == "done"
+    return conversation_id or int(turn.headers["hx-push-url"].rsplit("/", 1)[1])
+
+
+def indexed_document(client: TestClient[Any], name: str = "canteen.md") -> int:
+    body = b"# Canteen\n\nThe canteen opens at noon daily."
+    document_id = int(upload(client, (name, body)).json()["documents"][0]["id"])
+    wait_indexed(client, document_id)
+    return document_id
+
+
+def test_conversations_are_grouped_by_day_with_pinned_first() -> None:
+    now = datetime(2026, 11, 29, 15, 0).timestamp()
+
+    def conversation(n: int, days_ago: float) -> Conversation:
+        when = (datetime.fromtimestamp(now) - timedelta(days=days_ago)).timestamp()
+        return Conversation(n, f"c{n}", when, when)
+
+    listing = [
+        (conversation(1, 30), True),
+        (conversation(2, 0), False),
+        (conversation(3, 1), False),
+        (conversation(4, 5), False),
+        (conversation(5, 40), False),
+    ]
+    groups = group_conversations(listing, now)
+    assert [(g.label, [c.id for c, _ in g.items]) for g in groups] == [
+        ("Pinned", [1]),
+        ("Today", [2]),
+        ("Yesterday", [3]),
+        ("Previous 7 days", [4]),
+        ("Older", [5]),
+    ]
+
+
+def test_the_shell_has_menus_panes_and_no_inline_style(client: TestClient[Any]) -> None:
+    html = client.get("/").text
+    for landmark in (
+        'id="menu-file"',
+        'id="menu-view"',
+        'id="menu-help"',
+        'id="sidebar-splitter"',
+        'id="inspector-splitter"',
+        'id="conversation-filter"',
+        'id="connection"',
+        'role="separator"',
+    ):
+        assert landmark in html, landmark
+    assert " style=" not in html and "<style" not in html
+    assert not re.search(r"<script(?![^>]*\bsrc=)", html)
+
+
+def test_rename_pin_filter_and_hostile_titles(client: TestClient[Any]) -> None:
+    indexed_document(client)
+    first = ask(client, "When does the canteen open?")
+    second = ask(client, "Is there soup?")
+    renamed = client.post(f"/ui/conversations/{first}/rename", data={"title": f"  {HOSTILE} "})
+    assert renamed.status_code == 200
+    assert injected_markup(renamed.text) == []
+    assert "&lt;img" in renamed.text and 'hx-swap-oob="true"' in renamed.text
+    page = client.get(f"/c/{first}").text
+    assert injected_markup(page) == [] and "&lt;img" in page
+
+    pinned = client.post(f"/ui/conversations/{first}/pin", data={"pinned": "1"})
+    assert pinned.status_code == 200 and 'aria-pressed="true"' in pinned.text
+    listing = client.get("/ui/conversations").text
+    assert listing.index("Pinned") < listing.index(f"/c/{first}") < listing.index(f"/c/{second}")
+    filtered = client.get("/ui/conversations", params={"q": "soup"}).text
+    assert f"/c/{second}" in filtered and f"/c/{first}" not in filtered
+    assert "No conversation matches" in client.get("/ui/conversations?q=%25_nothing").text
+    unpinned = client.post(f"/ui/conversations/{first}/pin", data={"pinned": "0"})
+    assert 'aria-pressed="false"' in unpinned.text
+    assert "Pinned" not in client.get("/ui/conversations").text
+
+
+def test_bad_conversation_input_is_a_clear_4xx(client: TestClient[Any]) -> None:
+    indexed_document(client)
+    conversation = ask(client, "When does the canteen open?")
+    cases = [
+        ("post", f"/ui/conversations/{conversation}/rename", {"title": "   "}, 422),
+        ("post", f"/ui/conversations/{conversation}/rename", {"title": "x" * 81}, 422),
+        ("post", "/ui/conversations/424242/rename", {"title": "fine"}, 404),
+        ("post", f"/ui/conversations/{conversation}/pin", {"pinned": "yes"}, 422),
+        ("post", "/ui/conversations/424242/pin", {"pinned": "1"}, 404),
+        ("post", "/ui/conversations/0/pin", {"pinned": "1"}, 422),
+        ("post", "/ui/messages/424242/regenerate", None, 404),
+        ("post", "/ui/messages/424242/edit", {"message": "again"}, 404),
+        ("post", f"/ui/messages/{2**63}/edit", {"message": "again"}, 422),
+    ]
+    for method, url, data, status in cases:
+        response = getattr(client, method)(url, data=data, headers=HX)
+        assert response.status_code == status, (url, data, response.status_code)
+        assert 'role="alert"' in response.text
+    for url in ("/ui/conversations/424242/export", f"/ui/conversations?q={'x' * 201}"):
+        assert client.get(url).status_code in (404, 422), url
+    assert client.delete("/ui/conversations/424242").status_code == 404
+
+
+def test_delete_and_export(client: TestClient[Any]) -> None:
+    indexed_document(client)
+    fake_model(client).enqueue(["Noon", " daily", " [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    client.post(f"/ui/conversations/{conversation}/rename", data={"title": "Canteen hours"})
+
+    export = client.get(f"/ui/conversations/{conversation}/export")
+    assert export.status_code == 200
+    assert export.headers["content-type"].startswith("text/markdown")
+    disposition = export.headers["content-disposition"]
+    assert disposition == f'attachment; filename="canteen-hours-{conversation}.md"'
+    assert export.text.startswith("# Canteen hours\n")
+    assert "> When does the canteen open?" in export.text
+    assert "Noon daily [1]." in export.text and "1. Canteen, page 1" in export.text
+
+    deleted = client.delete(f"/ui/conversations/{conversation}", headers=HX)
+    assert deleted.status_code == 200 and deleted.headers["hx-redirect"] == "/"
+    assert client.get(f"/c/{conversation}").status_code == 404
+    assert f"/c/{conversation}" not in client.get("/ui/conversations").text
+    assert client.delete(f"/ui/conversations/{conversation}").status_code == 404
+
+
+def test_regenerate_the_last_answer(client: TestClient[Any]) -> None:
+    indexed_document(client)
+    model = fake_model(client)
+    model.enqueue(["First", " answer [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    model.enqueue(["Second", " answer [1]."])
+    ask(client, "Does the canteen open at noon daily?", conversation)
+    page = client.get(f"/c/{conversation}").text
+    answers = [int(n) for n in re.findall(r'id="message-(\d+)"[^>]*data-message', page)][1::2]
+    first_answer, last_answer = answers
+
+    refused = client.post(f"/ui/messages/{first_answer}/regenerate", headers=HX)
+    assert refused.status_code == 409
+    question = client.post(f"/ui/messages/{first_answer - 1}/regenerate", headers=HX)
+    assert question.status_code == 404  # a question is not an answer
+
+    model.enqueue(["Written", " again [1]."])
+    again = client.post(f"/ui/messages/{last_answer}/regenerate")
+    assert again.status_code == 200
+    stream_url = re.search(r'sse-connect="(/ui/answers/\d+/stream)"', again.text).group(1)  # type: ignore[union-attr]
+    assert stream_url == f"/ui/answers/{last_answer - 1}/stream"
+    done = sse_events(client.get(stream_url).text)[-1][1]
+    assert "Written again" in done
+    page = client.get(f"/c/{conversation}").text
+    assert "Written again" in page and "Second answer" not in page and "First answer" in page
+    assert len(model.history) == 3
+
+
+def test_edit_and_resend_replaces_the_rest_of_the_conversation(client: TestClient[Any]) -> None:
+    indexed_document(client)
+    model = fake_model(client)
+    model.enqueue(["Noon [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    model.enqueue(["Soup [1]."])
+    ask(client, "Is the canteen open daily at noon?", conversation)
+    page = client.get(f"/c/{conversation}").text
+    first_question = int(re.search(r'id="message-(\d+)"', page).group(1))  # type: ignore[union-attr]
+
+    assert (
+        client.post(f"/ui/messages/{first_question + 1}/edit", data={"message": "x"}).status_code
+        == 404
+    )
+    empty = client.post(f"/ui/messages/{first_question}/edit", data={"message": "  "}, headers=HX)
+    assert empty.status_code == 422
+    model.enqueue(["Edited [1]."])
+    edited = client.post(
+        f"/ui/messages/{first_question}/edit", data={"message": f"When does it close? {HOSTILE}"}
+    )
+    assert edited.status_code == 200
+    assert injected_markup(edited.text) == []
+    question_id = int(re.search(r"/ui/answers/(\d+)/stream", edited.text).group(1))  # type: ignore[union-attr]
+    sse_events(client.get(f"/ui/answers/{question_id}/stream").text)
+    page = client.get(f"/c/{conversation}").text
+    assert "When does it close?" in page and "Edited" in page
+    assert "Is the canteen open daily" not in page and "Noon" not in page and "Soup" not in page
+
+
+def test_collection_table_sorts_filters_and_escapes(client: TestClient[Any]) -> None:
+    canteen = indexed_document(client, "b-notes.md")  # few bytes, titled "Canteen"
+    upload(client, (f"a-{HOSTILE}.txt", b"Alpha text about apples " * 40))
+    hostile = int(client.get("/api/documents").json()["documents"][0]["id"])
+    wait_indexed(client, hostile)
+    page = client.get("/collections/1")
+    assert page.status_code == 200 and injected_markup(page.text) == []
+
+    def order(**params: str) -> list[int]:
+        response = client.get("/ui/collections/1/documents", params=params)
+        assert response.status_code == 200
+        assert injected_markup(response.text) == []
+        return [
+            int(n) for n in re.findall(r'<tr class="document" id="document-(\d+)"', response.text)
+        ]
+
+    # "Canteen" (its title) before 'x.png" onerror…' (the hostile name, directories dropped)
+    assert order(sort="name", order="asc") == [canteen, hostile]
+    assert order(sort="name", order="desc") == [hostile, canteen]
+    assert order(sort="size", order="asc") == [canteen, hostile]
+    assert order(sort="added", order="desc") == [hostile, canteen]
+    assert order(q="NOTES") == [canteen]
+    assert order(q="markdown") == [canteen]
+    assert order(q="nothing like it") == []
+    sorted_html = client.get("/ui/collections/1/documents?sort=size&order=asc").text
+    assert 'aria-sort="ascending" class="col-size"' in sorted_html
+
+    assert client.get("/ui/collections/1/documents?sort=evil").status_code == 422
+    assert client.get("/ui/collections/1/documents?order=sideways").status_code == 422
+    assert client.get("/ui/collections/99/documents").status_code == 404
+    assert client.get("/collections/99").status_code == 404
+
+
+def test_download_original_and_reingest(client: TestClient[Any]) -> None:
+    body = b"# Canteen\n\nThe canteen opens at noon daily."
+    name = 'caf\u00e9 "menu"; <b>.md'
+    document_id = int(upload(client, (name, body)).json()["documents"][0]["id"])
+    wait_indexed(client, document_id)
+
+    original = client.get(f"/documents/{document_id}/original")
+    assert original.status_code == 200 and original.content == body
+    assert original.headers["content-type"] == "application/octet-stream"
+    disposition = original.headers["content-disposition"]
+    assert disposition.startswith('attachment; filename="caf_ _menu__ <b>.md"')
+    assert "filename*=UTF-8''caf%C3%A9%20%22menu%22%3B%20%3Cb%3E.md" in disposition
+    assert client.get("/documents/424242/original").status_code == 404
+
+    reingested = client.post(f"/ui/documents/{document_id}/reingest", headers=HX)
+    assert reingested.status_code == 200
+    assert 'data-status="queued"' in reingested.text or "indexed" in reingested.text
+    assert wait_indexed(client, document_id)["status"] == "indexed"
+    hits = client.post("/api/search", json={"query": "canteen noon", "k": 3}).json()["hits"]
+    assert [h["document_id"] for h in hits] == [document_id]  # old passages left the index
+    assert client.post("/ui/documents/424242/reingest", headers=HX).status_code == 404
+
+
+def test_reingest_of_a_document_in_progress_is_a_conflict(client: TestClient[Any]) -> None:
+    services = client.app.state.services
+    services.retrieval.worker.stop()  # nothing picks up the queue now
+    document_id = int(
+        upload(client, ("late.md", b"# Late\n\nQueued.")).json()["documents"][0]["id"]
+    )
+    time.sleep(0.1)
+    response = client.post(f"/ui/documents/{document_id}/reingest", headers=HX)
+    assert response.status_code == 409 and "already being ingested" in response.text
