@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.retrieval_settings import index_spec
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -69,7 +70,11 @@ def _evaluate(
         collection_ids = found
     embedder = _embedder(settings)
     index, _ = open_index(
-        settings.index_dir, store, model_id=embedder.model_id, dimension=embedder.dimension
+        settings.index_dir,
+        store,
+        model_id=embedder.model_id,
+        dimension=embedder.dimension,
+        spec=index_spec(settings),
     )
     config = SearchConfig(
         mode=settings.retrieval_mode,

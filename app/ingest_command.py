@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from app.retrieval_settings import index_spec
 from app.settings import Settings
 
 INTERRUPTED = 130
@@ -92,7 +93,11 @@ def run_ingest(
     try:
         embedder = _embedder(settings)
         index, _ = open_index(
-            settings.index_dir, store, model_id=embedder.model_id, dimension=embedder.dimension
+            settings.index_dir,
+            store,
+            model_id=embedder.model_id,
+            dimension=embedder.dimension,
+            spec=index_spec(settings),
         )
         worker = IngestWorker(
             store,

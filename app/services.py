@@ -22,6 +22,7 @@ from app.chat import ChatConfig, ChatService
 from app.conversations import Conversations
 from app.errors import NotReady
 from app.metrics import Metrics
+from app.retrieval_settings import index_spec
 from app.settings import Settings
 from llm.backend import Backend, FakeBackend
 from llm.registry import Alias, Registry
@@ -147,7 +148,11 @@ def _load_retrieval(services: Services) -> Retrieval:
     settings = services.settings
     embedder = _embedder(settings)
     index, report = open_index(
-        settings.index_dir, services.store, model_id=embedder.model_id, dimension=embedder.dimension
+        settings.index_dir,
+        services.store,
+        model_id=embedder.model_id,
+        dimension=embedder.dimension,
+        spec=index_spec(settings),
     )
     log.info("vector index: %d vectors (%s)", index.count, report)
     worker = IngestWorker(

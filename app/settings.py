@@ -99,6 +99,20 @@ class Settings(BaseSettings):
     index_checkpoint_seconds: float = Field(
         5.0, ge=0.0, description="Quiet period after ingestion before the FAISS file is saved."
     )
+    index_type: Literal["auto", "flat", "ivf"] = Field(
+        "auto",
+        description="FAISS structure: 'flat' is exact; 'ivf' clusters vectors and searches "
+        "the nearest lists; 'auto' is flat below ivf_threshold vectors, IVF from there.",
+    )
+    ivf_threshold: int = Field(
+        50_000, ge=1000, description="Vectors from which 'auto' builds an IVF index."
+    )
+    ivf_nprobe: int = Field(
+        64, ge=1, le=65536, description="IVF lists a query visits (more: better recall, slower)."
+    )
+    faiss_gpu: bool = Field(
+        True, description="Search on the GPUs when FAISS reports any (faiss-gpu build)."
+    )
 
     # --- generation -------------------------------------------------------------------------
     generator_backend: Literal["llama-cpp", "fake"] = Field(

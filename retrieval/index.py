@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from retrieval.embedder import Vectors
+from retrieval.index_types import IndexSpec, gpu_copy, kind_of, new_flat, search_params, stored_ids
 
 IdArray = npt.NDArray[np.int64]
 
@@ -50,15 +51,21 @@ class Manifest:
 
 
 class FaissIndex:
-    """Exact inner-product search (vectors are unit length, so scores are cosines)."""
+    """Inner-product search (vectors are unit length, so scores are cosines): exact, or IVF
+    for large collections (retrieval/index_types.py)."""
 
-    def __init__(self, dimension: int, model_id: str, *, _index: Any = None):
+    def __init__(
+        self, dimension: int, model_id: str, *, _index: Any = None, spec: IndexSpec | None = None
+    ):
         import faiss  # heavy: imported on use
 
         self.dimension = dimension
         self.model_id = model_id
+        self.spec = spec or IndexSpec()
         self._faiss = faiss
-        self._index = _index or faiss.IndexIDMap2(faiss.IndexFlatIP(dimension))
+        self._index = _index if _index is not None else new_flat(dimension)
+        self._gpu: Any = None  # a GPU copy for unfiltered searches, made on first use
+        self._gpu_stale = True
         self._lock = threading.RLock()  # FAISS indexes are not safe for concurrent writes
         self._count = int(self._index.ntotal)  # readable without waiting for the lock
         self._save_lock = threading.Lock()  # index file and manifest are written as a pair
@@ -67,10 +74,13 @@ class FaissIndex:
     def count(self) -> int:
         return self._count
 
+    @property
+    def kind(self) -> str:
+        return kind_of(self._index)
+
     def ids(self) -> IdArray:
         with self._lock:
-            id_map = self._index.id_map
-            return np.asarray(self._faiss.vector_to_array(id_map), dtype=np.int64)
+            return stored_ids(self._index)
 
     def add(self, ids: IdArray, vectors: Vectors) -> None:
         if len(ids) == 0:
@@ -81,6 +91,7 @@ class FaissIndex:
         with self._lock:
             self._index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
             self._count = int(self._index.ntotal)
+            self._gpu_stale = True
 
     def remove(self, ids: IdArray) -> int:
         if len(ids) == 0:
@@ -89,6 +100,7 @@ class FaissIndex:
             selector = self._faiss.IDSelectorArray(np.asarray(ids, dtype=np.int64))
             removed = int(self._index.remove_ids(selector))
             self._count = int(self._index.ntotal)
+            self._gpu_stale = True
             return removed
 
     def search(
@@ -97,18 +109,35 @@ class FaissIndex:
         """The ``k`` nearest, best first; only ids in ``allowed`` when it is given (the
         filter applies inside the search, so it still returns ``k`` when it can)."""
         query = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
-        params = None
+        selector = None
         if allowed is not None:
             if len(allowed) == 0:
                 return []
             selector = self._faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
-            params = self._faiss.SearchParameters()
-            params.sel = selector  # ``selector`` stays referenced until the search returns
+        # ``selector`` stays referenced until the search returns
+        params = search_params(self._index, selector, self.spec.nprobe)
         with self._lock:
             if self._index.ntotal == 0:
                 return []
-            scores, ids = self._index.search(query, k, params=params)
+            searcher = self._index if selector is not None else self._searcher()
+            if searcher is not self._index:  # the GPU copy has its nprobe set already
+                params = None
+            scores, ids = searcher.search(query, k, params=params)
+            if selector is not None and self.kind == "ivf" and (ids[0] < 0).any():
+                # Few allowed vectors in the probed lists: visit every list (still only
+                # the allowed ids are scored), so a small collection gets its k hits.
+                params = search_params(self._index, selector, self._index.nlist)
+                scores, ids = self._index.search(query, k, params=params)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+
+    def _searcher(self) -> Any:
+        """The GPU copy when FAISS has GPUs (refreshed after writes), else the index."""
+        if not self.spec.use_gpu:
+            return self._index
+        if self._gpu_stale:
+            self._gpu = gpu_copy(self._index, self.spec.nprobe)
+            self._gpu_stale = False
+        return self._gpu if self._gpu is not None else self._index
 
     def save(self, directory: Path) -> Manifest:
         """Checkpoint atomically: temp file, fsync, rename, then the manifest, then the dir."""
@@ -131,7 +160,9 @@ class FaissIndex:
         return manifest
 
     @classmethod
-    def load(cls, directory: Path, *, model_id: str, dimension: int) -> FaissIndex:
+    def load(
+        cls, directory: Path, *, model_id: str, dimension: int, spec: IndexSpec | None = None
+    ) -> FaissIndex:
         """Load a checkpoint, or raise :class:`IndexUnusable` saying why it cannot be used."""
         manifest = read_manifest(directory)
         if manifest.model_id != model_id or manifest.dimension != dimension:
@@ -146,7 +177,7 @@ class FaissIndex:
         import faiss
 
         raw = faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
-        index = cls(dimension, model_id, _index=raw)
+        index = cls(dimension, model_id, _index=raw, spec=spec)
         if index.count != manifest.count:
             raise IndexUnusable("vector count differs from the manifest")
         return index

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.index import FaissIndex, IndexUnusable
+from retrieval.index import FaissIndex, IdArray, IndexUnusable
+from retrieval.index_types import IndexSpec, new_flat, new_ivf
 from retrieval.store import DocumentStore
 
 log = logging.getLogger(__name__)
@@ -22,24 +23,40 @@ class SyncReport:
     reason: str | None
     added: int
     removed: int
+    rebuilt_as: str | None = None  # the structure changed (exact <-> IVF) on this open
 
     @property
     def changed(self) -> bool:
-        return not self.loaded_from_disk or self.added > 0 or self.removed > 0
+        changes = (self.added, self.removed)
+        return not self.loaded_from_disk or any(changes) or self.rebuilt_as is not None
 
 
 def open_index(
-    directory: Path, store: DocumentStore, *, model_id: str, dimension: int
+    directory: Path,
+    store: DocumentStore,
+    *,
+    model_id: str,
+    dimension: int,
+    spec: IndexSpec | None = None,
 ) -> tuple[FaissIndex, SyncReport]:
-    """Load the checkpoint (or start empty), then add what SQLite has and drop what it lost."""
+    """Load the checkpoint (or start empty), then add what SQLite has and drop what it lost;
+    rebuild it as another structure when its size calls for one (``spec``)."""
+    spec = spec or IndexSpec()
     reason = None
     try:
-        index = FaissIndex.load(directory, model_id=model_id, dimension=dimension)
+        index = FaissIndex.load(directory, model_id=model_id, dimension=dimension, spec=spec)
     except IndexUnusable as exc:
         reason = str(exc)
         log.warning("rebuilding the vector index from SQLite: %s", reason)
-        index = FaissIndex(dimension, model_id)
+        index = FaissIndex(dimension, model_id, spec=spec)
     wanted = store.embedded_chunk_ids(model_id)
+    kind = spec.wanted(len(wanted), index.kind)
+    if kind != index.kind:
+        log.info("building a %s vector index for %d vectors", kind, len(wanted))
+        index = rebuild(store, wanted, model_id, dimension, spec, kind)
+        report = SyncReport(reason is None, reason, 0, 0, rebuilt_as=kind)
+        index.save(directory)
+        return index, report
     present = index.ids()
     missing = np.setdiff1d(wanted, present, assume_unique=True)
     extra = np.setdiff1d(present, wanted, assume_unique=True)
@@ -52,3 +69,30 @@ def open_index(
         index.save(directory)
         log.info("vector index ready: %d vectors (%s)", index.count, report)
     return index, report
+
+
+def rebuild(
+    store: DocumentStore,
+    ids: IdArray,
+    model_id: str,
+    dimension: int,
+    spec: IndexSpec,
+    kind: str,
+) -> FaissIndex:
+    """A new index of ``kind`` holding the vectors SQLite has for ``ids``."""
+    if kind == "ivf":
+        raw = new_ivf(dimension, store.vectors(_sample(ids), dimension), len(ids))
+    else:
+        raw = new_flat(dimension)
+    index = FaissIndex(dimension, model_id, _index=raw, spec=spec)
+    for start in range(0, len(ids), _BATCH):
+        batch = ids[start : start + _BATCH]
+        index.add(batch, store.vectors(batch, dimension))
+    return index
+
+
+def _sample(ids: IdArray, size: int = 200_000) -> IdArray:
+    """Training vectors for IVF: all of them up to ``size``, else a fixed random sample."""
+    if len(ids) <= size:
+        return ids
+    return np.sort(np.random.default_rng(0).choice(ids, size, replace=False))
