@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from app.auth import cli as auth_commands
 from app.settings import Settings
 
 
@@ -36,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     evaluate.add_argument("--k", type=int, default=5, help="passages retrieved per question")
     evaluate.add_argument("--history", action="store_true", help="list earlier runs")
     evaluate.add_argument("--data-dir", type=Path, help="database, index (default ./data)")
+    auth_commands.add_commands(commands)
     args = parser.parse_args(argv)
     _stay_offline()
     if args.command == "serve":
@@ -55,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = _settings(data_dir=args.data_dir)
         options = {"collection": args.collection, "k": args.k, "history": args.history}
         sys.exit(run_eval(settings, args.golden, **options))
+    elif args.command in ("users", "keys"):
+        sys.exit(auth_commands.run(args))
 
 
 def _stay_offline() -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlencode
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
-from litestar.response import Template
+from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from llm.engine.params import EngineError, Overloaded
@@ -104,6 +105,15 @@ def _title_for(status: int) -> str:
     }.get(status, "Error")
 
 
+def _to_login(request: Request[Any, Any, Any]) -> Response[Any]:
+    """Pages send a visitor without a session to sign in, and back here afterwards."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    target = "/login" if here == "/" else f"/login?{urlencode({'next': here})}"
+    if request.headers.get("hx-request"):  # htmx follows HX-Redirect with a full page load
+        return Response("", status_code=401, headers={"HX-Redirect": target})
+    return Redirect(target, status_code=303)
+
+
 def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     path = request.url.path
     if path.startswith("/v1/"):  # errors before routing (404, 405): still OpenAI's shape
@@ -111,7 +121,9 @@ def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[An
 
         return openai_error_handler(request, exc)
     status, title, detail, headers = _describe(exc)
-    if path.startswith(("/api/", "/v1/", "/health")):
+    if status == 401 and not path.startswith(("/api/", "/health", "/metrics")):
+        return _to_login(request)
+    if path.startswith(("/api/", "/v1/", "/health", "/metrics")):
         return Response(
             {"error": {"status": status, "title": title, "detail": detail}},
             status_code=status,

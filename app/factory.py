@@ -10,6 +10,8 @@ from litestar.datastructures import State
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from app.auth.guards import csrf_token, require_principal
+from app.auth.routes import AuthPages
 from app.errors import handle_error
 from app.metrics import metrics_endpoint
 from app.rendering import render_answer
@@ -46,6 +48,7 @@ def _add_security_headers(response: Response[Any]) -> Response[Any]:
 
 def _configure_templates(engine: JinjaTemplateEngine) -> None:
     engine.engine.globals["render_answer"] = render_answer
+    engine.engine.globals["csrf_token"] = csrf_token
     register_filters(engine.engine.filters)
 
 
@@ -55,6 +58,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         route_handlers=[
             live,
             ready,
+            AuthPages,
             Pages,
             Partials,
             ConversationsUi,
@@ -65,9 +69,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
             CompletionsApi,
             openai_router,
             metrics_endpoint,
-            create_static_files_router(path="/static", directories=[settings.static_dir]),
+            create_static_files_router(
+                path="/static", directories=[settings.static_dir], opt={"public": True}
+            ),
         ],
         state=State({"settings": settings}),
+        guards=[require_principal],  # every route; opt={"public": True} is the allowlist
         lifespan=[services_lifespan],
         template_config=TemplateConfig(
             directory=settings.templates_dir,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from litestar import Litestar
 
+from app.auth.service import Auth, ensure_first_admin, open_auth
 from app.chat import ChatConfig, ChatService
 from app.conversations import Conversations
 from app.errors import NotReady
@@ -61,6 +62,7 @@ class Services:
     conversations: Conversations
     collection_id: int
     parser: IsolatedParser
+    auth: Auth
     metrics: Metrics
     models: Registry | None = None
     retrieval: Retrieval | None = None
@@ -122,7 +124,9 @@ def open_services(settings: Settings) -> Services:
             timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_mb << 20
         ),
         metrics=Metrics(lambda: services.loaded_models()),
+        auth=open_auth(settings, db),
     )
+    ensure_first_admin(services.auth)
     return services
 
 

@@ -217,6 +217,84 @@ def m007_ui_conversation_pins(db: sqlite_utils.Database) -> None:
 
 
 @migration
+def m008_accounts(db: sqlite_utils.Database) -> None:
+    """Users, browser sessions, API keys, collection membership and the answer audit.
+
+    Secrets are never stored: sessions and keys by their SHA-256, passwords as argon2
+    hashes. Conversations get an owner (their own table, so ``conversations`` rows keep their
+    shape); those from before accounts have none and are admins' only.
+    """
+    db.execute(
+        """CREATE TABLE users (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+            role TEXT NOT NULL CHECK (role IN ('admin', 'staff')),
+            password_hash TEXT NOT NULL,
+            disabled INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE sessions (
+            token_hash TEXT PRIMARY KEY,
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            csrf_token TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL
+        )"""
+    )
+    db.table("sessions").create_index(["user_id"])
+    db.execute(
+        """CREATE TABLE api_keys (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            prefix TEXT NOT NULL UNIQUE,
+            key_hash TEXT NOT NULL,
+            read_only INTEGER NOT NULL DEFAULT 0,
+            scoped INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            last_used_at REAL,
+            revoked_at REAL
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE api_key_collections (
+            key_id INTEGER NOT NULL REFERENCES api_keys(id) ON DELETE CASCADE,
+            collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+            PRIMARY KEY (key_id, collection_id)
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE collection_members (
+            collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            can_write INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (collection_id, user_id)
+        )"""
+    )
+    db.execute(
+        # No foreign keys: the audit outlives the messages, users and keys it names.
+        """CREATE TABLE answer_sources (
+            message_id INTEGER NOT NULL,
+            chunk_id INTEGER NOT NULL,
+            document_id INTEGER NOT NULL,
+            user_id INTEGER,
+            key_id INTEGER,
+            shown_at REAL NOT NULL,
+            PRIMARY KEY (message_id, chunk_id)
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE conversation_owners (
+            conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE
+        )"""
+    )
+    db.table("conversation_owners").create_index(["user_id"])
+
+
+@migration
 def m009_eval_runs_and_embedding_cache(db: sqlite_utils.Database) -> None:
     """Retrieval evaluation runs (``ragdesk eval``), and vectors by the text they embed.
 

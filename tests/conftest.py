@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from litestar.testing import TestClient
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for a model hub
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from app.auth.principal import Role, User
+from app.auth.sessions import COOKIE_NAME
 from app.factory import create_app
 from app.settings import Settings
 from llm.backend import FakeBackend
@@ -29,6 +32,11 @@ def fake_settings(data_dir: Path, **overrides: Any) -> Settings:
         "load_samples": False,
         "index_checkpoint_seconds": 0.2,
         "min_score": 0.1,
+        # Cheap password hashes and no request rate limit: tests sign in many times.
+        "password_time_cost": 1,
+        "password_memory_kib": 64,
+        "password_parallelism": 1,
+        "rate_limit_per_minute": 0,
     }
     values.update(overrides)
     return Settings(**values)
@@ -39,11 +47,62 @@ def settings(tmp_path: Path) -> Settings:
     return fake_settings(tmp_path / "data")
 
 
+TEST_USER = "tester"
+TEST_PASSWORD = "correct horse battery staple"
+
+
+def login(client: TestClient[Any], name: str = TEST_USER, password: str = TEST_PASSWORD) -> str:
+    """Sign ``client`` in through the login form; it then sends the session's CSRF token
+    with every request, as the UI's htmx does. Returns the token."""
+    response = client.post(
+        "/login", data={"name": name, "password": password}, follow_redirects=False
+    )
+    assert response.status_code == 303, response.text
+    session = client.app.state.services.auth.sessions.get(client.cookies[COOKIE_NAME])
+    assert session is not None
+    client.headers["X-CSRF-Token"] = session.csrf_token
+    return str(session.csrf_token)
+
+
+def add_user(client: TestClient[Any], name: str, role: Role = "staff") -> User:
+    """A user with ``TEST_PASSWORD`` in a running app."""
+    user: User = client.app.state.services.auth.users.create(name, TEST_PASSWORD, role)
+    return user
+
+
+def add_key(client: TestClient[Any], name: str = TEST_USER, **scope: Any) -> str:
+    """A new API key of user ``name`` (``read_only=``, ``collections=`` as ApiKeys.create)."""
+    auth = client.app.state.services.auth
+    key, _ = auth.keys.create(auth.users.by_name(name), **scope)
+    return str(key)
+
+
+@contextmanager
+def signed_in(settings: Settings) -> Iterator[TestClient[Any]]:
+    """``TestClient(create_app(settings))``, loaded, with ``tester`` (admin) signed in."""
+    with TestClient(create_app(settings)) as test_client:
+        test_client.app.state.services.wait_until_loaded(30)
+        auth = test_client.app.state.services.auth
+        if auth.users.by_name(TEST_USER) is None:
+            add_user(test_client, TEST_USER, "admin")
+        login(test_client)
+        yield test_client
+
+
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient[Any]]:
+def anonymous_client(settings: Settings) -> Iterator[TestClient[Any]]:
+    """No session, no key: for the tests of what is refused."""
     with TestClient(create_app(settings)) as test_client:
         test_client.app.state.services.wait_until_loaded(30)
         yield test_client
+
+
+@pytest.fixture
+def client(anonymous_client: TestClient[Any]) -> TestClient[Any]:
+    """Signed in as ``tester``, an admin (sees every collection), with the CSRF header."""
+    add_user(anonymous_client, TEST_USER, "admin")
+    login(anonymous_client)
+    return anonymous_client
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:

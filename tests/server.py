@@ -16,6 +16,44 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 
 
+_RUNNING: dict[str, ServerProcess] = {}  # url -> server, for ``http`` below
+
+
+class AuthenticatedHttp:
+    """``httpx.get/post/delete/stream`` that send the API key of the ServerProcess whose
+    URL the request goes to (tests call ``http.get(url)`` as they would ``httpx.get``)."""
+
+    def _with_key(self, url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        for base, server in _RUNNING.items():
+            if url.startswith(base + "/"):
+                return {**kwargs, "headers": {**server.headers, **kwargs.get("headers", {})}}
+        return kwargs
+
+    def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return httpx.get(url, **self._with_key(url, kwargs))
+
+    def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return httpx.post(url, **self._with_key(url, kwargs))
+
+    def delete(self, url: str, **kwargs: Any) -> httpx.Response:
+        return httpx.delete(url, **self._with_key(url, kwargs))
+
+    def stream(self, method: str, url: str, **kwargs: Any) -> Any:
+        return httpx.stream(method, url, **self._with_key(url, kwargs))
+
+
+http = AuthenticatedHttp()
+
+
+def sign_in(page: Any, username: str, password: str) -> None:
+    """Sign a Playwright page in through the login form; it lands on the chat page."""
+    page.goto("/login")
+    page.fill("#login-name", username)
+    page.fill("#login-password", password)
+    page.click("#login-submit")
+    page.wait_for_selector("#ask-form")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -39,8 +77,41 @@ class ServerProcess:
         }
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self.username = "e2e"
+        self.password = ""
+        self.api_key = ""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Credentials for plain HTTP clients: ``httpx.get(url, headers=server.headers)``."""
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    def provision(self) -> None:
+        """An admin account (``username``/``password``, for browsers) and an API key
+        (``api_key``), written with the app's own functions before the server starts."""
+        from app.auth.passwords import generate_password
+        from app.auth.service import open_auth
+        from app.settings import Settings
+        from retrieval.db import Database
+
+        settings = Settings(data_dir=self.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        db = Database(settings.db_path)
+        try:
+            auth = open_auth(settings, db)
+            self.password = generate_password()
+            user = auth.users.by_name(self.username)
+            if user is None:
+                user = auth.users.create(self.username, self.password, role="admin")
+            else:
+                auth.users.set_password(user.id, self.password)
+            self.api_key, _ = auth.keys.create(user, name="tests")
+        finally:
+            db.close()
 
     def start(self, ready_timeout: float = 180.0) -> ServerProcess:
+        self.provision()
+        _RUNNING[self.url] = self
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [

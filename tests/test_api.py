@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from tests.conftest import fake_model, sse_events, upload, wait_indexed
+from tests.conftest import fake_model, signed_in, sse_events, upload, wait_indexed
 
 HANDBOOK = (
     b"# Travel policy\n\nEmployees may claim a daily meal allowance of 45 euros when "
@@ -120,10 +120,9 @@ def test_missing_file_part_is_422(client: TestClient[Any]) -> None:
 
 
 def test_oversize_body_is_413(tmp_path: Any) -> None:
-    from app.factory import create_app
     from tests.conftest import fake_settings
 
-    with TestClient(create_app(fake_settings(tmp_path, max_upload_bytes=1000))) as small:
+    with signed_in(fake_settings(tmp_path, max_upload_bytes=1000)) as small:
         response = upload(small, ("big.txt", b"a" * 5000))
         assert response.status_code == 413
         assert small.get("/api/documents").json()["documents"] == []

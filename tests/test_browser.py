@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.server import ServerProcess
+from tests.server import ServerProcess, http, sign_in
 
 pytestmark = [pytest.mark.real, pytest.mark.browser]
 
@@ -52,6 +52,7 @@ def page(browser: Any, real_server: ServerProcess) -> Iterator[Any]:
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    sign_in(page, real_server.username, real_server.password)
     yield page
     assert all(url.startswith(real_server.url) for url in requests), "no request leaves the server"
     assert errors == [], errors
@@ -129,9 +130,8 @@ def test_rejected_and_failed_uploads_show_reasons(page: Any, tmp_path: Path) -> 
 def test_conversation_reopens_and_a_document_can_be_deleted(
     page: Any, real_server: ServerProcess
 ) -> None:
-    import httpx
 
-    upload = httpx.post(
+    upload = http.post(
         f"{real_server.url}/api/documents",
         files=[("file", ("canteen.md", b"# Canteen\n\nThe canteen serves soup every Friday."))],
     )
@@ -159,7 +159,7 @@ def test_conversation_reopens_and_a_document_can_be_deleted(
     page.on("dialog", lambda dialog: dialog.accept())  # "Delete this document…?"
     page.click(f"#document-{document_id} button[aria-label^='Delete']")
     page.wait_for_selector(f"#document-{document_id}", state="detached")
-    hits = httpx.post(
+    hits = http.post(
         f"{real_server.url}/api/search", json={"query": "canteen soup Friday", "k": 5}
     ).json()["hits"]
     assert all(hit["document_id"] != document_id for hit in hits)

@@ -6,10 +6,9 @@ import re
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
-from tests.server import ServerProcess
+from tests.server import ServerProcess, http
 
 TOKEN_DELAY_S = 0.5  # the fake's answer here is 13 tokens: 6.5 s if left running
 
@@ -25,13 +24,13 @@ def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
         fake_token_delay_s=TOKEN_DELAY_S,
         min_score=0.05,
     ).start(ready_timeout=60)
-    response = httpx.post(
+    response = http.post(
         f"{server.url}/api/documents",
         files=[("file", ("leave.md", b"# Leave\n\nStaff receive 28 days of paid leave a year."))],
     )
     document_id = response.json()["documents"][0]["id"]
     deadline = time.monotonic() + 30
-    while httpx.get(f"{server.url}/api/documents/{document_id}").json()["status"] != "indexed":
+    while http.get(f"{server.url}/api/documents/{document_id}").json()["status"] != "indexed":
         assert time.monotonic() < deadline
         time.sleep(0.1)
     try:
@@ -41,7 +40,7 @@ def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 
 def ask(url: str, question: str) -> tuple[int, int]:
-    turn = httpx.post(f"{url}/ui/ask", data={"message": question})
+    turn = http.post(f"{url}/ui/ask", data={"message": question})
     conversation_id = int(turn.headers["hx-push-url"].rsplit("/", 1)[1])
     question_id = int(re.search(r"/ui/answers/(\d+)/stream", turn.text).group(1))  # type: ignore[union-attr]
     return conversation_id, question_id
@@ -52,7 +51,7 @@ def test_leaving_mid_stream_stops_the_answer_and_frees_the_model(
 ) -> None:
     url = slow_server.url
     conversation_id, question_id = ask(url, "How many days of leave do staff get?")
-    with httpx.stream("GET", f"{url}/ui/answers/{question_id}/stream", timeout=30) as response:
+    with http.stream("GET", f"{url}/ui/answers/{question_id}/stream", timeout=30) as response:
         tokens = 0
         for line in response.iter_lines():
             tokens += line.startswith("event: token")
@@ -61,7 +60,7 @@ def test_leaving_mid_stream_stops_the_answer_and_frees_the_model(
     left_at = time.monotonic()
 
     _, second_id = ask(url, "Is the leave paid?")
-    with httpx.stream("GET", f"{url}/ui/answers/{second_id}/stream", timeout=30) as response:
+    with http.stream("GET", f"{url}/ui/answers/{second_id}/stream", timeout=30) as response:
         first_token_after = next(
             time.monotonic() - left_at
             for line in response.iter_lines()
@@ -69,12 +68,12 @@ def test_leaving_mid_stream_stops_the_answer_and_frees_the_model(
         )
     # Had the first answer kept the model, the second would wait ~5.5 s for it.
     assert first_token_after < 2.5, first_token_after
-    page = httpx.get(f"{url}/c/{conversation_id}").text
+    page = http.get(f"{url}/c/{conversation_id}").text
     assert "(stopped)" in page
 
 
 def test_sse_stream_carries_every_token_and_a_final_message(slow_server: ServerProcess) -> None:
     _, question_id = ask(slow_server.url, "How many days of leave?")
-    body = httpx.get(f"{slow_server.url}/ui/answers/{question_id}/stream", timeout=30).text
+    body = http.get(f"{slow_server.url}/ui/answers/{question_id}/stream", timeout=30).text
     assert body.count("event: token") >= 10
     assert body.rstrip().split("event: ")[-1].startswith("done")

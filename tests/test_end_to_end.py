@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.documents import make_pdf
-from tests.server import ServerProcess
+from tests.server import ServerProcess, http
 
 pytestmark = pytest.mark.real
 
@@ -26,7 +25,7 @@ POLICY_PDF = make_pdf(
 
 
 def upload(url: str, name: str, data: bytes) -> dict[str, Any]:
-    response = httpx.post(f"{url}/api/documents", files=[("file", (name, data))], timeout=30)
+    response = http.post(f"{url}/api/documents", files=[("file", (name, data))], timeout=30)
     assert response.status_code == 201, response.text
     document: dict[str, Any] = response.json()["documents"][0]
     return document
@@ -35,7 +34,7 @@ def upload(url: str, name: str, data: bytes) -> dict[str, Any]:
 def wait_indexed(url: str, document_id: int, timeout: float = 120) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        document: dict[str, Any] = httpx.get(f"{url}/api/documents/{document_id}").json()
+        document: dict[str, Any] = http.get(f"{url}/api/documents/{document_id}").json()
         if document["status"] in ("indexed", "failed"):
             return document
         time.sleep(0.2)
@@ -47,7 +46,7 @@ def stream_chat(url: str, payload: dict[str, Any]) -> tuple[list[str], dict[str,
     done: dict[str, Any] = {}
     started = time.perf_counter()
     first_token_at = 0.0
-    with httpx.stream("POST", f"{url}/api/chat", json=payload, timeout=120) as response:
+    with http.stream("POST", f"{url}/api/chat", json=payload, timeout=120) as response:
         assert response.status_code == 200
         event = ""
         for line in response.iter_lines():
@@ -79,7 +78,7 @@ def test_upload_ask_and_follow_the_citation(real_server: ServerProcess) -> None:
     assert cited[0]["page"] == 2
     assert f"[{cited[0]['number']}]" in done["answer"]
 
-    page = httpx.get(f"{url}{cited[0]['url'].split('#')[0]}")
+    page = http.get(f"{url}{cited[0]['url'].split('#')[0]}")
     assert page.status_code == 200
     passage = page.text.split('<mark id="passage">')[1].split("</mark>")[0]
     assert "BLUE HERON" in passage
@@ -97,7 +96,7 @@ def test_search_uses_real_embeddings(real_server: ServerProcess) -> None:
             "id"
         ],
     )
-    hits = httpx.post(f"{url}/api/search", json={"query": "when can I eat lunch?", "k": 3}).json()[
+    hits = http.post(f"{url}/api/search", json={"query": "when can I eat lunch?", "k": 3}).json()[
         "hits"
     ]
     assert "cafeteria" in hits[0]["text"]  # found by meaning, not by shared words alone
@@ -117,7 +116,7 @@ def test_acknowledged_upload_survives_kill_9(tmp_path: Path) -> None:
     try:
         document = wait_indexed(restarted.url, acknowledged["id"])
         assert document["status"] == "indexed"
-        hits = httpx.post(
+        hits = http.post(
             f"{restarted.url}/api/search", json={"query": "emergency exit code", "k": 1}
         ).json()["hits"]
         assert hits and "7731" in hits[0]["text"]

@@ -11,19 +11,24 @@ import numpy as np
 import pytest
 from litestar.testing import TestClient
 
-from app.factory import create_app
 from llm.chat_format import ChatTemplate
 from llm.engine.channel import Completion
 from llm.engine.params import ContextOverflow, Finished, Overloaded, TextDelta, Usage
-from tests.conftest import fake_model, fake_settings, sse_events, wait_for
+from tests.conftest import add_key, fake_model, fake_settings, signed_in, sse_events, wait_for
 
 USER_HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
 def api(client: TestClient[Any]) -> TestClient[Any]:
+    """Authenticated by an API key, as API clients are (``api.headers``, ``api_key(api)``)."""
     wait_for(lambda: client.get("/health/ready").status_code == 200)
+    client.headers["Authorization"] = f"Bearer {add_key(client)}"
     return client
+
+
+def api_key(api: TestClient[Any]) -> str:
+    return str(api.headers["Authorization"]).removeprefix("Bearer ")
 
 
 def chunks(response: Any) -> list[Any]:
@@ -331,7 +336,7 @@ def test_bad_embedding_requests(api: TestClient[Any], body: dict[str, Any], stat
 
 def test_oversize_body_is_413_in_openai_shape(tmp_path: Path) -> None:
     settings = fake_settings(tmp_path / "data", max_upload_bytes=10_000)
-    with TestClient(create_app(settings)) as small:
+    with signed_in(settings) as small:
         small.app.state.services.wait_until_loaded(30)
         response = small.post(
             "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 20_000}]}
@@ -344,7 +349,7 @@ def test_the_openai_sdk_works_against_the_app(api: TestClient[Any]) -> None:
     import openai
 
     sdk = openai.OpenAI(
-        base_url=f"{api.base_url}/v1", api_key="any", http_client=api, max_retries=0
+        base_url=f"{api.base_url}/v1", api_key=api_key(api), http_client=api, max_retries=0
     )
     fake_model(api).enqueue(["Hi", "!"])
     reply = sdk.chat.completions.create(

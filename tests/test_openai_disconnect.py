@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
-from tests.server import ServerProcess
+from tests.server import ServerProcess, http
 
 TOKEN_DELAY_S = 0.5  # the fake answers 6 tokens here: 3 s if left running
 RUNNING = 'ragdesk_requests_running{model="fake"}'
@@ -31,7 +30,7 @@ def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 
 def running(url: str) -> float:
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
+    for line in http.get(f"{url}/metrics").text.splitlines():
         if line.startswith(RUNNING):
             return float(line.split()[-1])
     raise AssertionError("no running gauge")
@@ -40,7 +39,7 @@ def running(url: str) -> float:
 def test_leaving_a_stream_cancels_generation(slow_server: ServerProcess) -> None:
     url = slow_server.url
     payload = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=payload, timeout=30) as response:
+    with http.stream("POST", f"{url}/v1/chat/completions", json=payload, timeout=30) as response:
         contents = 0
         for line in response.iter_lines():
             contents += '"content":"' in line and '"content":""' not in line

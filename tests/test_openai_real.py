@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import numpy as np
 import openai
 import pytest
 
-from tests.server import ServerProcess
+from tests.server import ServerProcess, http
 
 pytestmark = pytest.mark.real
 
@@ -25,7 +24,7 @@ ASK = [
 @pytest.fixture
 def sdk(real_server: ServerProcess) -> openai.OpenAI:
     return openai.OpenAI(
-        base_url=f"{real_server.url}/v1", api_key="any", max_retries=0, timeout=120
+        base_url=f"{real_server.url}/v1", api_key=real_server.api_key, max_retries=0, timeout=120
     )
 
 
@@ -106,7 +105,7 @@ def test_embeddings_float_and_base64_agree(sdk: openai.OpenAI, real_server: Serv
     a, b = np.array(packed.data[0].embedding), np.array(floats.data[0].embedding)
     assert a.shape == (384,) and np.allclose(a, b, atol=1e-6)
     assert abs(np.linalg.norm(a) - 1) < 1e-3
-    plain = httpx.post(
+    plain = http.post(
         f"{real_server.url}/v1/embeddings", json={"input": "x", "model": "default"}, timeout=60
     )
     assert plain.status_code == 200 and len(plain.json()["data"][0]["embedding"]) == 384
@@ -143,7 +142,7 @@ def test_sdk_raises_the_expected_exceptions(sdk: openai.OpenAI) -> None:
 
 def test_plain_httpx_stream(real_server: ServerProcess) -> None:
     payload: dict[str, Any] = {"messages": ASK, "max_tokens": 4, "temperature": 0, "stream": True}
-    with httpx.stream(
+    with http.stream(
         "POST", f"{real_server.url}/v1/chat/completions", json=payload, timeout=120
     ) as response:
         assert response.status_code == 200
@@ -153,7 +152,7 @@ def test_plain_httpx_stream(real_server: ServerProcess) -> None:
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
-    error = httpx.post(f"{real_server.url}/v1/chat/completions", json={"messages": []}, timeout=30)
+    error = http.post(f"{real_server.url}/v1/chat/completions", json={"messages": []}, timeout=30)
     assert error.status_code == 400 and set(error.json()["error"]) == {
         "message",
         "type",

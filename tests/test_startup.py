@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from litestar.testing import TestClient
-
-from app.factory import create_app
-from tests.conftest import fake_settings, upload, wait_indexed
+from tests.conftest import fake_settings, signed_in, upload, wait_indexed
 
 
 def test_a_broken_generator_is_reported_and_documents_still_flow(tmp_path: Path) -> None:
     settings = fake_settings(
         tmp_path, generator_backend="llama-cpp", generator_model=tmp_path / "missing.gguf"
     )
-    with TestClient(create_app(settings)) as client:
+    with signed_in(settings) as client:
         client.app.state.services.wait_until_loaded(30)
         ready = client.get("/health/ready")
         assert ready.status_code == 503
@@ -35,20 +32,20 @@ def test_queued_uploads_are_ingested_on_the_next_good_start(tmp_path: Path) -> N
     broken = fake_settings(
         tmp_path, embedder_backend="sentence-transformers", embedder_model=tmp_path / "nope"
     )
-    with TestClient(create_app(broken)) as client:
+    with signed_in(broken) as client:
         client.app.state.services.wait_until_loaded(30)
         document_id = upload(client, ("a.txt", b"resumed later")).json()["documents"][0]["id"]
         assert "embedder failed" in client.get("/health/ready").json()["detail"]
         assert client.post("/api/search", json={"query": "later"}).status_code == 503
         assert client.get(f"/api/documents/{document_id}").json()["status"] == "queued"
-    with TestClient(create_app(fake_settings(tmp_path))) as client:
+    with signed_in(fake_settings(tmp_path)) as client:
         client.app.state.services.wait_until_loaded(30)
         assert wait_indexed(client, document_id)["status"] == "indexed"
 
 
 def test_samples_are_indexed_on_first_start_only(tmp_path: Path) -> None:
     settings = fake_settings(tmp_path, load_samples=True)
-    with TestClient(create_app(settings)) as client:
+    with signed_in(settings) as client:
         client.app.state.services.wait_until_loaded(30)
         documents = client.get("/api/documents").json()["documents"]
         assert sorted(d["filename"] for d in documents) == [
@@ -57,6 +54,6 @@ def test_samples_are_indexed_on_first_start_only(tmp_path: Path) -> None:
         ]
         for document in documents:
             client.delete(f"/api/documents/{document['id']}")
-    with TestClient(create_app(settings)) as client:
+    with signed_in(settings) as client:
         client.app.state.services.wait_until_loaded(30)
         assert client.get("/api/documents").json()["documents"] == []  # deletion respected

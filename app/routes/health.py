@@ -10,13 +10,13 @@ from app.schemas import Health
 from app.services import Services
 
 
-@get("/health/live", sync_to_thread=False)
+@get("/health/live", sync_to_thread=False, opt={"public": True})
 def live() -> Health:
     """The process is up and serving HTTP."""
     return Health(status="ok")
 
 
-@get("/health/ready", sync_to_thread=False)
+@get("/health/ready", sync_to_thread=False, opt={"public": True})
 def ready(state: State) -> Response[Health]:
     """200 once the models and vector index are loaded; 503 with the reason until then."""
     services: Services | None = getattr(state, "services", None)

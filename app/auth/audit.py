@@ -1,0 +1,58 @@
+"""The answer audit: which passages were shown to whom (user and key) for each answer."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from app.auth.principal import Principal
+from app.conversations import Message
+from retrieval.db import Database
+
+
+@dataclass(frozen=True)
+class ShownChunk:
+    message_id: int
+    chunk_id: int
+    document_id: int
+    user_id: int | None
+    key_id: int | None
+    shown_at: float
+
+
+class Audit:
+    def __init__(self, db: Database):
+        self.db = db
+
+    def record_answer(self, principal: Principal, answer: Message) -> int:
+        """Record the passages the model was shown for ``answer``; returns how many."""
+        if answer.context is None:
+            return 0
+        now = time.time()
+        rows = [
+            (answer.id, s.citation.chunk_id, s.citation.document_id, principal.user.id,
+             principal.key_id, now)
+            for s in answer.context.sources
+        ]  # fmt: skip
+        with self.db.write() as db:
+            db.conn.executemany(
+                "INSERT OR IGNORE INTO answer_sources"
+                " (message_id, chunk_id, document_id, user_id, key_id, shown_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def shown(self, *, user_id: int | None = None) -> list[ShownChunk]:
+        where, params = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
+        rows = self.db.read().execute(
+            f"SELECT * FROM answer_sources {where} ORDER BY shown_at, message_id",  # noqa: S608
+            params,
+        )
+        return [
+            ShownChunk(
+                int(r["message_id"]), int(r["chunk_id"]), int(r["document_id"]),
+                r["user_id"], r["key_id"], float(r["shown_at"]),
+            )
+            for r in rows
+        ]  # fmt: skip

@@ -1,0 +1,142 @@
+"""The one app-wide guard: who is asking, may they, and not too often.
+
+Every route handler runs it. Handlers marked ``opt={"public": True}`` (health, login,
+static files) are the explicit allowlist; ``opt={"admin": True}`` needs the admin role.
+Requests authenticated by the session cookie must also carry the session's CSRF token
+(``X-CSRF-Token`` header, which htmx sends from ``hx-headers``, or a ``csrf_token`` form
+field) on every state-changing method, and may not come from a foreign origin. Bearer
+keys are not sent by browsers on their own, so they need neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from typing import Any
+
+from litestar.connection import ASGIConnection, Request
+from litestar.handlers.base import BaseRouteHandler
+
+from app.auth.principal import Principal
+from app.auth.resources import check_path_rows
+from app.auth.service import Auth
+from app.auth.sessions import COOKIE_NAME
+from app.errors import AppError
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CSRF_HEADER = "x-csrf-token"
+CSRF_FIELD = "csrf_token"
+API_PREFIXES = ("/api/", "/v1/", "/metrics")
+
+
+class NotAuthenticated(AppError):
+    status = 401
+    title = "Sign-in required"
+
+    def __init__(self, detail: str = "sign in, or send an API key as 'Authorization: Bearer'"):
+        super().__init__(detail, headers={"WWW-Authenticate": 'Bearer realm="ragdesk"'})
+
+
+class Forbidden(AppError):
+    status = 403
+    title = "Forbidden"
+
+
+class TooManyRequests(AppError):
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, retry_after_s: float, detail: str = "too many requests; slow down"):
+        super().__init__(detail, headers={"Retry-After": str(max(1, int(retry_after_s + 0.999)))})
+
+
+def auth_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Auth:
+    auth: Auth = connection.app.state.services.auth
+    return auth
+
+
+def current_principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
+    """Who the guard found (None on public routes for an anonymous visitor)."""
+    principal: Principal | None = connection.scope.get("user")
+    return principal
+
+
+def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    header = connection.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def identify(connection: ASGIConnection[Any, Any, Any, Any], auth: Auth) -> Principal | None:
+    """The key's principal when an Authorization header is sent (a bad key is no one, even
+    with a cookie), else the session's."""
+    token = bearer_token(connection)
+    if token is not None:
+        return auth.keys.authenticate(token) if token else None
+    cookie = connection.cookies.get(COOKIE_NAME)
+    session = auth.sessions.get(cookie) if cookie else None
+    return Principal(session.user, csrf_token=session.csrf_token) if session else None
+
+
+async def require_principal(
+    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+) -> None:
+    auth = auth_of(connection)
+    principal = identify(connection, auth)
+    connection.scope["user"] = principal
+    if handler.opt.get("public"):
+        return
+    if principal is None:
+        raise NotAuthenticated()
+    method = connection.scope.get("method", "GET")
+    if principal.via_session and method not in SAFE_METHODS:
+        check_same_origin(connection)
+        await check_csrf(connection, principal)
+    if handler.opt.get("admin") and not principal.is_admin:
+        raise Forbidden("this needs the admin role")
+    if connection.url.path.startswith(API_PREFIXES) or method not in SAFE_METHODS:
+        wait = auth.buckets.take(principal.rate_key)
+        if wait > 0:
+            raise TooManyRequests(wait)
+    services = connection.app.state.services
+    check_path_rows(
+        auth, services.store, principal, connection.path_params, writing=method not in SAFE_METHODS
+    )
+    if principal.key_id is not None:
+        await asyncio.to_thread(auth.keys.touch, principal.key_id)
+
+
+def own_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    url = connection.url
+    return f"{url.scheme}://{url.netloc}"
+
+
+def check_same_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+    """A browser names the page that sent a request: refuse any other site's."""
+    origin = connection.headers.get("origin")
+    if origin is not None and origin != own_origin(connection):
+        raise Forbidden("cross-origin request refused")
+    if connection.headers.get("sec-fetch-site") == "cross-site":
+        raise Forbidden("cross-site request refused")
+
+
+async def check_csrf(connection: ASGIConnection[Any, Any, Any, Any], principal: Principal) -> None:
+    sent = connection.headers.get(CSRF_HEADER)
+    content_type = connection.headers.get("content-type", "")
+    if sent is None and content_type.startswith("application/x-www-form-urlencoded"):
+        # A plain form (sign out without JavaScript): the parsed form is cached for the handler.
+        form = await Request[Any, Any, Any](connection.scope, connection.receive).form()
+        value = form.get(CSRF_FIELD)
+        sent = value if isinstance(value, str) else None
+    expected = principal.csrf_token or ""
+    if not sent or not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+        raise Forbidden("missing or wrong CSRF token; reload the page")
+
+
+def csrf_token(request: object) -> str:
+    """For templates: this session's CSRF token ('' when not signed in, or no request)."""
+    scope = getattr(request, "scope", None)
+    principal = scope.get("user") if isinstance(scope, dict) else None
+    return principal.csrf_token or "" if isinstance(principal, Principal) else ""

@@ -1,0 +1,166 @@
+"""API keys: ``rdk_<prefix>_<secret>``. Only the SHA-256 of the whole key is stored; the
+public prefix finds the row and the hashes are compared in constant time."""
+
+from __future__ import annotations
+
+import hmac
+import re
+import secrets
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from app.auth.passwords import token_hash
+from app.auth.principal import Principal, User
+from retrieval.db import Database
+
+KEY_SHAPE = re.compile(r"rdk_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
+LAST_USED_EVERY_S = 60.0  # last-used time is written at most this often per key
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: int
+    user_id: int
+    user_name: str
+    name: str
+    prefix: str
+    read_only: bool
+    collections: frozenset[int] | None  # None: every collection the user may read
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+
+    @property
+    def display(self) -> str:
+        """How the key is shown after creation: its public prefix only."""
+        return f"rdk_{self.prefix}_…"
+
+
+class ApiKeys:
+    def __init__(self, db: Database):
+        self.db = db
+        self._last_written: dict[int, float] = {}
+
+    def create(
+        self,
+        user: User,
+        *,
+        name: str = "",
+        read_only: bool = False,
+        collections: Collection[int] | None = None,
+    ) -> tuple[str, ApiKey]:
+        """A new key for ``user``; returns the key itself (shown once, never stored)."""
+        prefix, now = secrets.token_hex(6), time.time()
+        key = f"rdk_{prefix}_{secrets.token_urlsafe(32)}"
+        with self.db.write() as db:
+            cursor = db.execute(
+                "INSERT INTO api_keys (user_id, name, prefix, key_hash, read_only, scoped,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    user.id,
+                    name[:100],
+                    prefix,
+                    token_hash(key),
+                    int(read_only),
+                    int(collections is not None),
+                    now,
+                ],
+            )
+            key_id = int(cursor.lastrowid or 0)
+            db.conn.executemany(
+                "INSERT INTO api_key_collections (key_id, collection_id) VALUES (?, ?)",
+                [(key_id, c) for c in sorted(set(collections or ()))],
+            )
+        found = self.get(key_id)
+        assert found is not None
+        return key, found
+
+    def authenticate(self, key: str) -> Principal | None:
+        match = KEY_SHAPE.fullmatch(key)
+        if match is None:
+            return None
+        row = (
+            self.db.read()
+            .execute(
+                """SELECT k.*, u.name AS user_name, u.role FROM api_keys k
+                   JOIN users u ON u.id = k.user_id
+                   WHERE k.prefix = ? AND k.revoked_at IS NULL AND u.disabled = 0""",
+                [match.group(1)],
+            )
+            .fetchone()
+        )
+        if row is None or not hmac.compare_digest(str(row["key_hash"]), token_hash(key)):
+            return None
+        api_key = self._key(row)
+        user = User(api_key.user_id, api_key.user_name, row["role"])
+        return Principal(
+            user,
+            key_id=api_key.id,
+            read_only=api_key.read_only,
+            key_collections=api_key.collections,
+        )
+
+    def touch(self, key_id: int) -> None:
+        """Record use (at most once a minute per key: a write per request would be costly)."""
+        now = time.time()
+        if now - self._last_written.get(key_id, 0.0) < LAST_USED_EVERY_S:
+            return
+        self._last_written[key_id] = now
+        with self.db.write() as db:
+            db.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", [now, key_id])
+
+    def get(self, key_id: int) -> ApiKey | None:
+        row = (
+            self.db.read()
+            .execute(
+                "SELECT k.*, u.name AS user_name FROM api_keys k JOIN users u ON u.id = k.user_id"
+                " WHERE k.id = ?",
+                [key_id],
+            )
+            .fetchone()
+        )
+        return self._key(row) if row else None
+
+    def list(self, user_id: int | None = None) -> list[ApiKey]:
+        where, params = ("WHERE k.user_id = ?", [user_id]) if user_id is not None else ("", [])
+        rows = (
+            self.db.read()
+            .execute(
+                "SELECT k.*, u.name AS user_name FROM api_keys k"  # noqa: S608
+                f" JOIN users u ON u.id = k.user_id {where} ORDER BY k.id",
+                params,
+            )
+            .fetchall()
+        )
+        return [self._key(row) for row in rows]
+
+    def revoke(self, key_id: int, user_id: int | None = None) -> bool:
+        """Revoke a key (only the owner's when ``user_id`` is given); False if none was."""
+        sql = "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+        params: list[Any] = [time.time(), key_id]
+        if user_id is not None:
+            sql, params = sql + " AND user_id = ?", [*params, user_id]
+        with self.db.write() as db:
+            return db.execute(sql, params).rowcount > 0
+
+    def _key(self, row: Any) -> ApiKey:
+        collections = None
+        if row["scoped"]:
+            found = self.db.read().execute(
+                "SELECT collection_id FROM api_key_collections WHERE key_id = ?", [row["id"]]
+            )
+            collections = frozenset(int(r[0]) for r in found)
+        return ApiKey(
+            id=int(row["id"]),
+            user_id=int(row["user_id"]),
+            user_name=str(row["user_name"]),
+            name=str(row["name"]),
+            prefix=str(row["prefix"]),
+            read_only=bool(row["read_only"]),
+            collections=collections,
+            created_at=float(row["created_at"]),
+            last_used_at=row["last_used_at"],
+            revoked_at=row["revoked_at"],
+        )

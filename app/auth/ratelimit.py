@@ -1,0 +1,104 @@
+"""In-process rate limits: a token bucket per key or user, and a login throttle.
+
+One process serves everything (llama.cpp holds the model), so in-process state is the
+whole truth; a restart forgets it, which errs on the side of letting people in.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+Clock = Callable[[], float]
+
+
+class TokenBuckets:
+    """``rate_per_minute`` requests a minute on average, bursts up to ``burst``."""
+
+    def __init__(self, rate_per_minute: float, burst: int, clock: Clock = time.monotonic):
+        self.rate = rate_per_minute / 60.0
+        self.burst = float(burst)
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> float:
+        """0.0 when the request may go ahead; otherwise seconds until it may (Retry-After)."""
+        if self.rate <= 0:
+            return 0.0
+        now = self.clock()
+        with self._lock:
+            tokens, at = self._buckets.get(key, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - at) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[key] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[key] = (tokens, now)
+            if len(self._buckets) > 100_000:  # a full bucket is the same as no bucket
+                self._buckets = {k: v for k, v in self._buckets.items() if v[0] < self.burst}
+            return (1.0 - tokens) / self.rate
+
+
+class LoginThrottle:
+    """Failed logins per user name and per client address, in a sliding window.
+
+    Each failure adds a growing delay before the answer; past the limit, attempts are
+    refused (429) until the oldest failure leaves the window, whatever the password.
+    """
+
+    def __init__(
+        self,
+        *,
+        per_user: int,
+        per_address: int,
+        window_s: float,
+        clock: Clock = time.monotonic,
+    ):
+        self.limits = {"user": per_user, "addr": per_address}
+        self.window_s = window_s
+        self.clock = clock
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def _keys(self, name: str, address: str) -> list[tuple[str, int]]:
+        return [
+            (f"user:{name.lower()}", self.limits["user"]),
+            (f"addr:{address}", self.limits["addr"]),
+        ]
+
+    def retry_after(self, name: str, address: str) -> int:
+        """Seconds to wait before another attempt is heard (0: go ahead)."""
+        now = self.clock()
+        wait = 0.0
+        with self._lock:
+            for key, limit in self._keys(name, address):
+                times = self._recent(key, now)
+                if len(times) >= limit:
+                    wait = max(wait, times[0] + self.window_s - now)
+        return math.ceil(wait)
+
+    def delay(self, name: str, address: str) -> float:
+        """Seconds to hold the answer to a failed attempt: 0.25 s, doubling, up to 4 s."""
+        now = self.clock()
+        with self._lock:
+            count = max(len(self._recent(key, now)) for key, _ in self._keys(name, address))
+        return min(4.0, 0.25 * 2 ** max(0, count - 1)) if count else 0.0
+
+    def failed(self, name: str, address: str) -> None:
+        now = self.clock()
+        with self._lock:
+            for key, _ in self._keys(name, address):
+                self._recent(key, now).append(now)
+
+    def succeeded(self, name: str) -> None:
+        with self._lock:
+            self._failures.pop(f"user:{name.lower()}", None)
+
+    def _recent(self, key: str, now: float) -> deque[float]:
+        times = self._failures.setdefault(key, deque())
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+        return times

@@ -1,0 +1,78 @@
+"""Everything accounts need, built once per app from Settings (``services.auth``)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+
+from app.auth.audit import Audit
+from app.auth.keys import ApiKeys
+from app.auth.members import Members
+from app.auth.ownership import Ownership
+from app.auth.passwords import Passwords, generate_password
+from app.auth.ratelimit import LoginThrottle, TokenBuckets
+from app.auth.sessions import Sessions
+from app.auth.users import Users
+from app.settings import Settings
+from retrieval.db import Database
+
+log = logging.getLogger(__name__)
+FIRST_ADMIN = "admin"
+
+
+@dataclass
+class Auth:
+    users: Users
+    sessions: Sessions
+    keys: ApiKeys
+    members: Members
+    ownership: Ownership
+    audit: Audit
+    buckets: TokenBuckets
+    logins: LoginThrottle
+
+
+def passwords_for(settings: Settings) -> Passwords:
+    return Passwords(
+        time_cost=settings.password_time_cost,
+        memory_kib=settings.password_memory_kib,
+        parallelism=settings.password_parallelism,
+    )
+
+
+def open_auth(settings: Settings, db: Database) -> Auth:
+    return Auth(
+        users=Users(db, passwords_for(settings)),
+        sessions=Sessions(db, settings.session_lifetime_s),
+        keys=ApiKeys(db),
+        members=Members(db),
+        ownership=Ownership(db),
+        audit=Audit(db),
+        buckets=TokenBuckets(settings.rate_limit_per_minute, settings.rate_limit_burst),
+        logins=LoginThrottle(
+            per_user=settings.login_max_failures_per_user,
+            per_address=settings.login_max_failures_per_address,
+            window_s=settings.login_failure_window_s,
+        ),
+    )
+
+
+def ensure_first_admin(auth: Auth) -> str | None:
+    """With no user at all, create ``admin`` with a random password and print it once
+    (stdout, not the log: log files are kept and shipped). Returns the password."""
+    if auth.users.count() > 0:
+        return None
+    password = generate_password()
+    auth.users.create(FIRST_ADMIN, password, role="admin")
+    banner = "=" * 72
+    print(
+        f"{banner}\nFirst start: created the administrator account.\n"
+        f"  user: {FIRST_ADMIN}\n  password: {password}\n"
+        "This password is shown only once. Sign in and keep it safe; more users:\n"
+        f"  ragdesk users create NAME [--admin]\n{banner}",
+        file=sys.stdout,
+        flush=True,
+    )
+    log.warning("created the first administrator account %r", FIRST_ADMIN)
+    return password

@@ -1,0 +1,195 @@
+"""Accounts: sign-in, sessions, CSRF, the login throttle, and that every route is guarded."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from app.auth.passwords import token_hash
+from app.auth.sessions import COOKIE_NAME
+from app.cli import main as cli
+from tests.conftest import TEST_PASSWORD, TEST_USER, add_user, fake_settings, login, signed_in
+
+PUBLIC = {("GET", "/health/live"), ("GET", "/health/ready"), ("GET", "/login"), ("POST", "/login")}
+PUBLIC_PREFIXES = ("/static",)
+
+
+def guarded_routes(app: Any) -> list[tuple[str, str, bool]]:
+    """(method, path with every parameter filled in, public) of every route handler."""
+    found = []
+    for route in app.routes:
+        path = re.sub(r"\{(\w+):(\w+)\}", lambda m: "x" if m.group(2) in ("str", "path") else "1",
+                      route.path)  # fmt: skip
+        for handler in getattr(route, "route_handlers", []):
+            for method in sorted(handler.http_methods):
+                if method in ("HEAD", "OPTIONS"):
+                    continue
+                found.append((method, path, bool(handler.opt.get("public"))))
+    return found
+
+
+def test_the_allowlist_is_exactly_health_login_and_static(
+    anonymous_client: TestClient[Any],
+) -> None:
+    routes = guarded_routes(anonymous_client.app)
+    public = {(m, p) for m, p, is_public in routes if is_public}
+    assert {(m, p) for m, p in public if not p.startswith(PUBLIC_PREFIXES)} == PUBLIC
+    assert len(routes) > 30  # the walk really sees the app
+
+
+def test_every_other_route_refuses_an_anonymous_request(anonymous_client: TestClient[Any]) -> None:
+    for method, path, public in guarded_routes(anonymous_client.app):
+        if public:
+            continue
+        response = anonymous_client.request(method, path, follow_redirects=False)
+        where = f"{method} {path}"
+        if path.startswith("/v1/"):
+            assert response.status_code == 401, where
+            assert response.json()["error"]["type"] == "authentication_error", where
+        elif path.startswith(("/api/", "/metrics")):
+            assert response.status_code == 401, where
+            assert response.json()["error"]["status"] == 401, where
+        else:
+            assert response.status_code == 303, where
+            assert response.headers["location"].startswith("/login"), where
+        htmx = anonymous_client.request(method, path, headers={"HX-Request": "true"})
+        if not path.startswith(("/v1/", "/api/", "/metrics")):
+            assert htmx.status_code == 401 and htmx.headers["hx-redirect"].startswith("/login")
+
+
+def test_unknown_v1_paths_and_bad_keys_get_openai_errors(anonymous_client: TestClient[Any]) -> None:
+    bad = anonymous_client.get("/v1/models", headers={"Authorization": "Bearer rdk_nope"})
+    assert bad.status_code == 401 and bad.json()["error"]["type"] == "authentication_error"
+    assert anonymous_client.get("/health/live").status_code == 200
+    assert anonymous_client.get("/static/app.css").status_code == 200
+
+
+def test_sign_in_sets_a_hardened_cookie_and_stores_only_its_hash(
+    anonymous_client: TestClient[Any],
+) -> None:
+    add_user(anonymous_client, "ann")
+    page = anonymous_client.get("/", follow_redirects=True)
+    assert 'action="/login"' in page.text
+    wrong = anonymous_client.post("/login", data={"name": "ann", "password": "nope"})
+    assert wrong.status_code == 401 and "Wrong user name or password" in wrong.text
+    response = anonymous_client.post(
+        "/login",
+        data={"name": "ann", "password": TEST_PASSWORD, "next": "/c/1"},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303 and response.headers["location"] == "/c/1"
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=lax" in cookie.replace("Lax", "lax")
+    assert "Secure" not in cookie  # plain http here; https gets Secure (cookie_secure=auto)
+    token = anonymous_client.cookies[COOKIE_NAME]
+    db = anonymous_client.app.state.services.db.read()
+    stored = [row[0] for row in db.execute("SELECT token_hash FROM sessions")]
+    assert stored == [token_hash(token)] and token not in stored
+
+
+def test_next_never_leaves_the_site(anonymous_client: TestClient[Any]) -> None:
+    add_user(anonymous_client, "ann")
+    for target in ("//evil.example/x", "https://evil.example", "/\\evil.example"):
+        response = anonymous_client.post(
+            "/login",
+            data={"name": "ann", "password": TEST_PASSWORD, "next": target},
+            follow_redirects=False,
+        )
+        assert response.headers["location"] == "/"
+
+
+def test_state_changes_need_the_csrf_token_and_our_origin(client: TestClient[Any]) -> None:
+    token = client.headers.pop("X-CSRF-Token")
+    assert client.post("/ui/ask", data={"message": "hello"}).status_code == 403
+    wrong = client.post("/ui/ask", data={"message": "hi"}, headers={"X-CSRF-Token": "x" * 43})
+    assert wrong.status_code == 403
+    foreign = client.post(
+        "/ui/ask",
+        data={"message": "hi"},
+        headers={"X-CSRF-Token": token, "Origin": "https://evil.example"},
+    )
+    assert foreign.status_code == 403
+    ok = client.post(
+        "/ui/ask",
+        data={"message": "hello"},
+        headers={"X-CSRF-Token": token, "Origin": str(client.base_url).rstrip("/")},
+    )
+    assert ok.status_code == 200
+    page = client.get("/").text  # htmx sends the token from the body's hx-headers
+    assert f'"X-CSRF-Token": "{token}"' in page and 'id="logout-form"' in page
+
+
+def test_login_from_a_foreign_origin_is_refused(anonymous_client: TestClient[Any]) -> None:
+    add_user(anonymous_client, "ann")
+    response = anonymous_client.post(
+        "/login",
+        data={"name": "ann", "password": TEST_PASSWORD},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert response.status_code == 403
+
+
+def test_sign_out_ends_the_session(client: TestClient[Any]) -> None:
+    token = client.headers["X-CSRF-Token"]
+    cookie = client.cookies[COOKIE_NAME]
+    response = client.post("/logout", data={"csrf_token": token}, follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/login"
+    client.cookies.set(COOKIE_NAME, cookie)  # an old cookie replayed is no one
+    assert client.get("/api/documents").status_code == 401
+
+
+def test_repeated_failed_logins_are_slowed_then_refused(anonymous_client: TestClient[Any]) -> None:
+    add_user(anonymous_client, "ann")
+    throttle = anonymous_client.app.state.services.auth.logins
+    for attempt in range(5):
+        response = anonymous_client.post("/login", data={"name": "ann", "password": "guess"})
+        assert response.status_code == 401
+        assert throttle.delay("ann", "testclient") == min(4.0, 0.25 * 2**attempt)
+    locked = anonymous_client.post("/login", data={"name": "ann", "password": TEST_PASSWORD})
+    assert locked.status_code == 429 and int(locked.headers["retry-after"]) > 0
+    assert COOKIE_NAME not in anonymous_client.cookies  # the right password does not help now
+    other = anonymous_client.post("/login", data={"name": TEST_USER, "password": "x"})
+    assert other.status_code == 401  # another user from the same address is still heard
+
+
+def test_first_start_creates_an_admin_and_prints_the_password_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = fake_settings(tmp_path)
+    with TestClient(create_app_of(settings)) as first:
+        first.app.state.services.wait_until_loaded(30)
+    printed = capsys.readouterr().out
+    password = re.search(r"password: (\S+)", printed).group(1)  # type: ignore[union-attr]
+    with TestClient(create_app_of(settings)) as again:
+        again.app.state.services.wait_until_loaded(30)
+        assert "password:" not in capsys.readouterr().out
+        login(again, "admin", password)
+        assert again.get("/api/documents").status_code == 200
+
+
+def create_app_of(settings: Any) -> Any:
+    from app.factory import create_app
+
+    return create_app(settings)
+
+
+def test_cli_creates_users_whose_password_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        cli(["users", "create", "carol", "--admin", "--data-dir", data])
+    assert done.value.code == 0
+    password = capsys.readouterr().out.strip()
+    assert len(password) >= 16 and "\n" not in password
+    with pytest.raises(SystemExit) as again:
+        cli(["users", "create", "carol", "--data-dir", data])
+    assert again.value.code == 2 and "already exists" in capsys.readouterr().err
+    with signed_in(fake_settings(tmp_path)) as app_client:  # no first admin: users exist
+        assert "password:" not in capsys.readouterr().out
+        login(app_client, "carol", password)
+        assert app_client.get("/").status_code == 200
