@@ -9,6 +9,7 @@ from typing import Any
 from litestar import Request
 from litestar.datastructures import UploadFile
 
+from app.auth.access import require_writable
 from app.errors import UnprocessableInput, UnsupportedMediaType
 from app.services import Services
 from retrieval.library import display_filename
@@ -60,13 +61,19 @@ def unsupported(files: list[IncomingFile]) -> list[Rejected]:
     return rejected
 
 
-async def submit_all(services: Services, files: list[IncomingFile]) -> list[Accepted | Rejected]:
-    """Store each file (fsynced, committed) off the event loop; unsupported ones are rejected."""
+async def submit_all(
+    services: Services, files: list[IncomingFile], collection_id: int | None = None
+) -> list[Accepted | Rejected]:
+    """Store each file (fsynced, committed) off the event loop; unsupported ones are rejected.
+    They go to ``collection_id`` (default: the default collection), which the request's
+    principal must be allowed to write (403 otherwise)."""
+    target = collection_id or services.collection_id
+    await asyncio.to_thread(require_writable, services.auth, target)
 
     def submit(file: IncomingFile) -> Accepted | Rejected:
         try:
             document, created = services.library.submit(
-                data=file.data, filename=file.filename, collection_id=services.collection_id
+                data=file.data, filename=file.filename, collection_id=target
             )
         except UnsupportedDocumentType as exc:
             return Rejected(file.filename, str(exc))

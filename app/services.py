@@ -18,6 +18,7 @@ from pathlib import Path
 
 from litestar import Litestar
 
+from app.auth.scoped_search import ScopedRetriever
 from app.auth.service import Auth, ensure_first_admin, open_auth
 from app.chat import ChatConfig, ChatService
 from app.conversations import Conversations
@@ -188,7 +189,9 @@ def _load_retrieval(services: Services) -> Retrieval:
         bm25_weight=settings.bm25_weight,
         max_per_document=settings.max_hits_per_document,
     )
-    return Retrieval(embedder, Retriever(embedder, index, services.store, search), worker)
+    # Scoped: every search served for a request sees only collections its principal may read.
+    retriever = ScopedRetriever(embedder, index, services.store, search)
+    return Retrieval(embedder, retriever, worker)
 
 
 def _load_chat(services: Services, retriever: Retriever, models: Registry) -> ChatService:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from app.auth.access import readable_collections, visible_conversations
 from app.conversations import Conversation
 from app.services import Services
 
@@ -43,12 +44,14 @@ def _age_label(today: date, timestamp: float) -> str:
 
 
 def conversation_list_context(services: Services, query: str = "") -> dict[str, Any]:
-    listing = services.conversations.listing(query, CONVERSATION_LIMIT)
+    listing = visible_conversations(
+        services.auth, services.conversations.listing(query, CONVERSATION_LIMIT)
+    )
     return {"groups": group_conversations(listing), "query": query}
 
 
 def library_context(services: Services) -> dict[str, Any]:
-    return {"collections": services.store.collections()}
+    return {"collections": readable_collections(services.store.collections())}
 
 
 def shell_context(services: Services, conversation_id: int | None) -> dict[str, Any]:
@@ -77,6 +80,8 @@ def status_context(services: Services) -> dict[str, Any]:
         "waiting": sum(s.waiting for s in stats),
         "embedder": retrieval.embedder.model_id if retrieval else None,
         "vectors": retrieval.worker.index.count if retrieval else 0,
-        "documents": sum(c.document_count for c in services.store.collections()),
+        "documents": sum(
+            c.document_count for c in readable_collections(services.store.collections())
+        ),
         "queue": retrieval.worker.pending if retrieval else 0,
     }

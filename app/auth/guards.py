@@ -19,6 +19,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from app.auth.principal import Principal
 from app.auth.resources import check_path_rows
+from app.auth.scope import NO_ACCESS, Access, set_access
 from app.auth.service import Auth
 from app.auth.sessions import COOKIE_NAME
 from app.errors import AppError
@@ -86,6 +87,7 @@ async def require_principal(
     auth = auth_of(connection)
     principal = identify(connection, auth)
     connection.scope["user"] = principal
+    set_access(Access(principal, auth.members.readable(principal)) if principal else NO_ACCESS)
     if handler.opt.get("public"):
         return
     if principal is None:

@@ -14,6 +14,14 @@ from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
+from app.auth.access import (
+    claim,
+    readable_collections,
+    readable_documents,
+    record_answer,
+    require_conversation,
+)
+from app.auth.service import Auth
 from app.chat import ChatService, DoneEvent, TokenEvent, clean_question
 from app.conversations import Message
 from app.deps import provide_chat, provide_retrieval, provide_services
@@ -40,11 +48,15 @@ class DocumentsApi(Controller):
     dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
 
     @post(status_code=HTTP_201_CREATED)
-    async def upload(self, request: Request[Any, Any, Any], services: Services) -> DocumentList:
-        """Upload one or more files (multipart parts named ``file``); ingestion is queued."""
+    async def upload(
+        self, request: Request[Any, Any, Any], services: Services, collection: str | None = None
+    ) -> DocumentList:
+        """Upload one or more files (multipart parts named ``file``) to the default collection
+        or ``?collection=NAME`` (write access needed); ingestion is queued."""
+        target = await asyncio.to_thread(_collection_named, services, collection)
         files = await read_files(request)
         require_all_supported(files)
-        results = await submit_all(services, files)
+        results = await submit_all(services, files, target)
         return DocumentList(
             [
                 DocumentOut.of(r.document, duplicate=r.duplicate)
@@ -56,7 +68,7 @@ class DocumentsApi(Controller):
     @get()
     async def list_documents(self, services: Services) -> DocumentList:
         documents = await asyncio.to_thread(services.store.list_documents)
-        return DocumentList([DocumentOut.of(d) for d in documents])
+        return DocumentList([DocumentOut.of(d) for d in readable_documents(documents)])
 
     @get("/{document_id:int}")
     async def get_document(self, document_id: RowId, services: Services) -> DocumentOut:
@@ -92,21 +104,28 @@ class ChatApi(Controller):
     }
 
     @post(status_code=200)
-    async def chat(self, data: ChatIn, chat: ChatService) -> ServerSentEvent:
+    async def chat(self, data: ChatIn, chat: ChatService, services: Services) -> ServerSentEvent:
         """Server-sent events: ``token`` events carry text, ``done`` the stored answer
         with its citations, ``error`` a problem found after streaming began."""
-        _, question = await asyncio.to_thread(chat.ask, data.message, data.conversation_id)
-        return ServerSentEvent(json_events(chat, question))
+        await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
+        conversation, question = await asyncio.to_thread(
+            chat.ask, data.message, data.conversation_id
+        )
+        if data.conversation_id is None:
+            await asyncio.to_thread(claim, services.auth, conversation)
+        return ServerSentEvent(json_events(chat, question, services.auth))
 
 
 async def json_events(
-    chat: ChatService, question: Message
+    chat: ChatService, question: Message, auth: Auth | None = None
 ) -> AsyncIterator[ServerSentEventMessage]:
     try:
         async for event in chat.answer(question):
             if isinstance(event, TokenEvent):
                 yield ServerSentEventMessage(data=_json({"text": event.text}), event="token")
             elif isinstance(event, DoneEvent):
+                if auth is not None:
+                    await asyncio.to_thread(record_answer, auth, event.message)
                 yield ServerSentEventMessage(data=_json(ChatDone.of(event.message)), event="done")
     except AppError as exc:
         yield ServerSentEventMessage(
@@ -118,6 +137,16 @@ async def json_events(
             data=_json({"status": 500, "detail": "the answer failed; see the server log"}),
             event="error",
         )
+
+
+def _collection_named(services: Services, name: str | None) -> int | None:
+    """The id of a collection the request may read (404 for any other name)."""
+    if name is None:
+        return None
+    found = [c.id for c in readable_collections(services.store.collections()) if c.name == name]
+    if not found:
+        raise NotFound(f"no collection named {name!r}")
+    return found[0]
 
 
 def _json(value: object) -> str:

@@ -16,6 +16,7 @@ from litestar.response import Redirect, ServerSentEvent, Template
 from litestar.response.sse import ServerSentEventMessage
 from msgspec import Struct
 
+from app.auth.access import claim, record_answer, require_conversation
 from app.chat import ChatService, DoneEvent, TokenEvent
 from app.conversations import Message
 from app.deps import provide_chat, provide_services
@@ -112,7 +113,10 @@ class Partials(Controller):
         services: Services,
     ) -> Template:
         conversation_id = form_row_id(data.conversation_id)
+        await asyncio.to_thread(require_conversation, services.auth, conversation_id)
         conversation, question = await asyncio.to_thread(chat.ask, data.message, conversation_id)
+        if conversation_id is None:
+            await asyncio.to_thread(claim, services.auth, conversation)
         return Template(
             "_turn.html",
             context={
@@ -195,6 +199,8 @@ async def html_events(
                 span = templates.get_template("_token.html").render(token=event.text)
                 yield ServerSentEventMessage(data=span, event="token")
             elif isinstance(event, DoneEvent):
+                services = request.app.state.services
+                await asyncio.to_thread(record_answer, services.auth, event.message)
                 html = templates.get_template("_answer_done.html").render(message=event.message)
                 yield ServerSentEventMessage(data=html, event="done")
     except AppError as exc:

@@ -1,0 +1,86 @@
+"""What route handlers call to keep people to their own rows: conversations they own,
+documents in collections they may read, uploads where they may write, the answer audit.
+They read the request's principal from ``app.auth.scope`` (set by the guard)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from app.auth.principal import Principal
+from app.auth.resources import WriteForbidden
+from app.auth.scope import current_access
+from app.auth.service import Auth
+from app.conversations import Conversation, Message
+from app.errors import NotFound
+from retrieval.records import CollectionRecord, DocumentRecord
+
+log = logging.getLogger(__name__)
+
+
+def _principal() -> Principal | None:
+    access = current_access()
+    return access.principal if access is not None else None
+
+
+def require_conversation(auth: Auth, conversation_id: int | None) -> None:
+    """A conversation named in a form or body must be the principal's (404 otherwise)."""
+    principal = _principal()
+    if (
+        conversation_id is not None
+        and principal is not None
+        and not auth.ownership.may_see(principal, conversation_id)
+    ):
+        raise NotFound("no such conversation")
+
+
+def claim(auth: Auth, conversation: Conversation) -> None:
+    principal = _principal()
+    if principal is not None:
+        auth.ownership.claim(conversation.id, principal.user.id)
+
+
+def visible_conversations(
+    auth: Auth, listing: list[tuple[Conversation, bool]]
+) -> list[tuple[Conversation, bool]]:
+    principal = _principal()
+    if principal is None:
+        return listing
+    visible = auth.ownership.visible_ids(principal)
+    return [item for item in listing if item[0].id in visible]
+
+
+def readable_documents(documents: Iterable[DocumentRecord]) -> list[DocumentRecord]:
+    access = current_access()
+    if access is None or access.readable is None:
+        return list(documents)
+    return [d for d in documents if d.collection_id in access.readable]
+
+
+def readable_collections(collections: Iterable[CollectionRecord]) -> list[CollectionRecord]:
+    access = current_access()
+    if access is None or access.readable is None:
+        return list(collections)
+    return [c for c in collections if c.id in access.readable]
+
+
+def require_writable(auth: Auth, collection_id: int) -> None:
+    """Uploads need write access to their collection (403; 404 if it may not be read)."""
+    principal = _principal()
+    if principal is None:
+        return
+    if not auth.members.can_read(principal, collection_id):
+        raise NotFound("no such collection")
+    if not auth.members.can_write(principal, collection_id):
+        raise WriteForbidden("you may not add documents to this collection")
+
+
+def record_answer(auth: Auth, answer: Message) -> None:
+    """Audit: the passages shown to the model for ``answer``, and to whom."""
+    principal = _principal()
+    if principal is None:
+        return
+    try:
+        auth.audit.record_answer(principal, answer)
+    except Exception:  # the answer has been given; a failed audit row must be seen, not fatal
+        log.exception("could not record the sources of answer %d", answer.id)
