@@ -12,7 +12,7 @@ import numpy as np
 from retrieval.embedder import Embedder, Vectors, embed_one
 from retrieval.fusion import diversify, reciprocal_rank_fusion
 from retrieval.index import VectorIndex
-from retrieval.lexical import LexicalIndex
+from retrieval.lexical import LexicalIndex, searchable_chunks
 from retrieval.store import DocumentStore
 from retrieval.types import Hit
 
@@ -80,8 +80,7 @@ class Retriever:
         t1 = time.perf_counter()
         dense: list[tuple[int, float]] = []
         if vector is not None:
-            allowed = None if collection_ids is None else self.store.chunk_ids_in(collection_ids)
-            dense = self.index.search(vector, pool, allowed=allowed)
+            dense = self._dense(vector, pool, collection_ids)
         t2 = time.perf_counter()
         lexical: list[tuple[int, float]] = []
         if config.mode != "dense":
@@ -98,9 +97,44 @@ class Retriever:
         if vector is not None and min_score is not None:
             cosines = self._cosines(vector, dense, lexical)
             ranked = [(i, s) for i, s in ranked if cosines.get(i, -np.inf) >= min_score]
-        hits = diversify(self.store.hits(ranked), k, config.max_per_document)
+        hits = self._hydrate(ranked, k)
         t4 = time.perf_counter()
         return SearchResult(hits, SearchTimings(t1 - t0, t2 - t1, t4 - t3, t3 - t2))
+
+    def _dense(
+        self, vector: Vectors, pool: int, collection_ids: Collection[int] | None
+    ) -> list[tuple[int, float]]:
+        """Nearest ``pool`` vectors, from ``collection_ids`` only when given.
+
+        A scoped search first over-fetches unfiltered and filters the few ids it got;
+        only when too many of them lie outside the collections (a user who may read a
+        small part of the library) does it list every allowed chunk for an id selector
+        inside FAISS, which costs a scan of the chunks table.
+        """
+        if collection_ids is None:
+            return self.index.search(vector, pool)
+        if not collection_ids:
+            return []
+        fetch = 2 * pool
+        nearest = self.index.search(vector, fetch)
+        allowed = searchable_chunks(self.store.db, [c for c, _ in nearest], collection_ids)
+        kept = [(chunk_id, score) for chunk_id, score in nearest if chunk_id in allowed]
+        if len(kept) >= pool or len(nearest) < fetch:
+            return kept[:pool]
+        return self.index.search(vector, pool, allowed=self.store.chunk_ids_in(collection_ids))
+
+    def _hydrate(self, ranked: list[tuple[int, float]], k: int) -> list[Hit]:
+        """The top ``k`` hits after the per-document cap, reading rows from SQLite a page
+        at a time: most questions need the first page only, not every candidate."""
+        page = max(4 * k, 16)
+        hits: list[Hit] = []
+        chosen: list[Hit] = []
+        for start in range(0, len(ranked), page):
+            hits += self.store.hits(ranked[start : start + page])
+            chosen = diversify(hits, k, self.config.max_per_document)
+            if len(chosen) == k:
+                break
+        return chosen
 
     def _cosines(
         self,

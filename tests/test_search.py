@@ -126,6 +126,21 @@ def test_collections_filter_both_retrievers_before_top_k(tmp_path: Path) -> None
         assert search.search("exit code", 3, collection_ids=set()).hits == []
 
 
+def test_scoped_search_equals_unscoped_when_the_collection_holds_the_best(tmp_path: Path) -> None:
+    """The over-fetch fast path (filter the few ids found) agrees with no filter at all."""
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    other = kit.store.ensure_collection("other")
+    for n in range(12):
+        ingest(kit, index, f"# Exit {n}\n\nexit code exit code {n}".encode(), f"{n}.md")
+    ingest(kit, index, b"# Parking\n\nParking costs four euros.", "p.md", collection=other)
+    for mode in ("dense", "bm25", "hybrid"):
+        search = retriever(kit, index, mode, candidates=4)
+        scoped = search.search("exit code", 3, collection_ids={kit.collection_id}).hits
+        assert scoped == search.search("exit code", 3).hits, mode
+        assert len(scoped) == 3
+
+
 def test_faiss_filter_applies_inside_the_search() -> None:
     index = FaissIndex(4, "m")
     vectors = np.eye(4, dtype=np.float32)
