@@ -42,6 +42,7 @@ test: lint typecheck pytest
 bench: setup
 	$(BIN)/python -m bench.ingest
 	$(BIN)/python -m bench.query
+	$(BIN)/python -m bench.search_scale
 	$(BIN)/python -m bench.serving
 
 clean:
