@@ -35,7 +35,9 @@ CONTENT_SECURITY_POLICY = (
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer browsers send "Origin: null" with form
+    # posts, and the CSRF defence checks the Origin of those that lack Sec-Fetch-Site.
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
 

@@ -325,7 +325,9 @@ def print_log_tail(path: Path) -> None:
 def stream(url: str, prompt: str, max_tokens: int) -> Stream:
     """One ``POST /api/completions`` with ``stream``, timed at each SSE ``token`` event."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    with httpx.Client(timeout=HTTP_TIMEOUT) as client:
+    from tests.server import auth_headers  # the server's API key
+
+    with httpx.Client(timeout=HTTP_TIMEOUT, headers=auth_headers(url)) as client:
         result = Stream(submitted=time.perf_counter())
         with client.stream("POST", f"{url}/api/completions", json=body) as response:
             if response.status_code != 200:

@@ -19,15 +19,20 @@ REPO = Path(__file__).resolve().parent.parent
 _RUNNING: dict[str, ServerProcess] = {}  # url -> server, for ``http`` below
 
 
+def auth_headers(url: str) -> dict[str, str]:
+    """The API key header of the ServerProcess serving ``url`` (none for other URLs)."""
+    for base, server in _RUNNING.items():
+        if url == base or url.startswith(base + "/"):
+            return server.headers
+    return {}
+
+
 class AuthenticatedHttp:
     """``httpx.get/post/delete/stream`` that send the API key of the ServerProcess whose
     URL the request goes to (tests call ``http.get(url)`` as they would ``httpx.get``)."""
 
     def _with_key(self, url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        for base, server in _RUNNING.items():
-            if url.startswith(base + "/"):
-                return {**kwargs, "headers": {**server.headers, **kwargs.get("headers", {})}}
-        return kwargs
+        return {**kwargs, "headers": {**auth_headers(url), **kwargs.get("headers", {})}}
 
     def get(self, url: str, **kwargs: Any) -> httpx.Response:
         return httpx.get(url, **self._with_key(url, kwargs))
@@ -73,6 +78,7 @@ class ServerProcess:
             "RAGDESK_LOAD_SAMPLES": "false",
             "RAGDESK_TEMPERATURE": "0",
             "RAGDESK_INDEX_CHECKPOINT_SECONDS": "1",
+            "RAGDESK_RATE_LIMIT_PER_MINUTE": "0",  # load tests and benchmarks share one key
             **{f"RAGDESK_{k.upper()}": str(v) for k, v in settings.items()},
         }
         self.process: subprocess.Popen[bytes] | None = None

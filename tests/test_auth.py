@@ -193,3 +193,15 @@ def test_cli_creates_users_whose_password_works(
         assert "password:" not in capsys.readouterr().out
         login(app_client, "carol", password)
         assert app_client.get("/").status_code == 200
+
+
+def test_sec_fetch_site_decides_before_origin(client: TestClient[Any]) -> None:
+    """Browsers send Origin "null" on form posts in some cases; Sec-Fetch-Site is trusted
+    first, and only same-origin (or the user's own navigation) gets through."""
+    same = {"Sec-Fetch-Site": "same-origin", "Origin": "null"}
+    assert client.post("/ui/ask", data={"message": "hi"}, headers=same).status_code == 200
+    for site in ("cross-site", "same-site"):
+        refused = client.post("/ui/ask", data={"message": "hi"}, headers={"Sec-Fetch-Site": site})
+        assert refused.status_code == 403, site
+    null = client.post("/ui/ask", data={"message": "hi"}, headers={"Origin": "null"})
+    assert null.status_code == 403

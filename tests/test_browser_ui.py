@@ -14,8 +14,8 @@ import pytest
 
 from app.factory import create_app
 from llm.backend import FakeBackend, wait_idle
-from tests.conftest import fake_settings
-from tests.server import free_port
+from tests.conftest import TEST_PASSWORD, TEST_USER, fake_settings
+from tests.server import free_port, sign_in
 from tests.test_browser import SCREENSHOTS, browser  # noqa: F401 - the shared Chromium fixture
 
 pytestmark = [pytest.mark.browser]
@@ -75,11 +75,17 @@ class InProcessServer:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
     running = InProcessServer(tmp_path_factory.mktemp("ui-server") / "data").start()
+    auth = running.app.state.services.auth  # the account pages sign in with, and an API key
+    key, _ = auth.keys.create(auth.users.create(TEST_USER, TEST_PASSWORD, role="admin"))
+    headers = {"Authorization": f"Bearer {key}"}
     guide = b"# Upload\n\nOpen Upload documents and drop the files to upload them."
-    created = httpx.post(f"{running.url}/api/documents", files=[("file", ("up.md", guide))])
+    created = httpx.post(
+        f"{running.url}/api/documents", files=[("file", ("up.md", guide))], headers=headers
+    )
     document_id = created.json()["documents"][0]["id"]
     deadline = time.monotonic() + 30
-    while httpx.get(f"{running.url}/api/documents/{document_id}").json()["status"] != "indexed":
+    url = f"{running.url}/api/documents/{document_id}"
+    while httpx.get(url, headers=headers).json()["status"] != "indexed":
         assert time.monotonic() < deadline
         time.sleep(0.1)
     try:
@@ -100,6 +106,7 @@ def page(browser: Any, server: InProcessServer) -> Iterator[Any]:  # noqa: F811
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.emulate_media(color_scheme="light")
     server.model.token_delay_s = 0.0
+    sign_in(page, TEST_USER, TEST_PASSWORD)
     yield page
     assert all(url.startswith(server.url) for url in requests), "no request leaves the server"
     # A Stop that races the end of an answer may get a 404; the UI ignores it on purpose.

@@ -116,12 +116,20 @@ def own_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
 
 
 def check_same_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
-    """A browser names the page that sent a request: refuse any other site's."""
+    """A browser says where a request comes from: refuse any other site's.
+
+    ``Sec-Fetch-Site`` first (modern browsers always send it; ``none`` is the user typing
+    the address); else ``Origin``, which must be ours ("null", sent by sandboxed frames and
+    by some browsers under a strict referrer policy, is not). Clients that send neither
+    are not browsers acting for someone else: the CSRF token still applies to them."""
+    site = connection.headers.get("sec-fetch-site")
+    if site is not None:
+        if site not in ("same-origin", "none"):
+            raise Forbidden("cross-site request refused")
+        return
     origin = connection.headers.get("origin")
     if origin is not None and origin != own_origin(connection):
         raise Forbidden("cross-origin request refused")
-    if connection.headers.get("sec-fetch-site") == "cross-site":
-        raise Forbidden("cross-site request refused")
 
 
 async def check_csrf(connection: ASGIConnection[Any, Any, Any, Any], principal: Principal) -> None:
