@@ -48,6 +48,10 @@ class Manifest:
     dimension: int
     sha256: str
     saved_at: float
+    # The index file this manifest names. Each checkpoint writes a new file beside the
+    # live one and then replaces the manifest, so the switch is one atomic rename and a
+    # kill at any moment leaves a loadable pair. Manifests from before name the old file.
+    file: str = INDEX_FILE
 
 
 class FaissIndex:
@@ -140,23 +144,31 @@ class FaissIndex:
         return self._gpu if self._gpu is not None else self._index
 
     def save(self, directory: Path) -> Manifest:
-        """Checkpoint atomically: temp file, fsync, rename, then the manifest, then the dir."""
-        directory.mkdir(parents=True, exist_ok=True)
+        """Checkpoint atomically: a new index file beside the live one (temp file, fsync,
+        rename), then the manifest that names it (the switch), then old files go."""
         with self._save_lock:  # one save at a time, so an older snapshot never lands last
-            with self._lock:
-                blob = self._faiss.serialize_index(self._index).tobytes()
-                ids = self.ids()
-            manifest = Manifest(
-                format=MANIFEST_FORMAT,
-                count=len(ids),
-                max_chunk_id=int(ids.max()) if len(ids) else 0,
-                model_id=self.model_id,
-                dimension=self.dimension,
-                sha256=hashlib.sha256(blob).hexdigest(),
-                saved_at=time.time(),
-            )
-            write_atomically(directory / INDEX_FILE, blob)
-            write_atomically(directory / MANIFEST_FILE, json.dumps(asdict(manifest)).encode())
+            manifest = self.stage(directory)
+            publish(directory, manifest)
+        return manifest
+
+    def stage(self, directory: Path) -> Manifest:
+        """Write this index to a new file in ``directory`` without making it the live one."""
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            blob = self._faiss.serialize_index(self._index).tobytes()
+            ids = self.ids()
+        sha256 = hashlib.sha256(blob).hexdigest()
+        manifest = Manifest(
+            format=MANIFEST_FORMAT,
+            count=len(ids),
+            max_chunk_id=int(ids.max()) if len(ids) else 0,
+            model_id=self.model_id,
+            dimension=self.dimension,
+            sha256=sha256,
+            saved_at=time.time(),
+            file=f"chunks-{sha256[:16]}.faiss",
+        )
+        write_atomically(directory / manifest.file, blob)
         return manifest
 
     @classmethod
@@ -169,7 +181,7 @@ class FaissIndex:
             made_by = f"{manifest.model_id} ({manifest.dimension}d)"
             raise IndexUnusable(f"made by {made_by}, not {model_id} ({dimension}d)")
         try:
-            blob = (directory / INDEX_FILE).read_bytes()
+            blob = (directory / manifest.file).read_bytes()
         except FileNotFoundError:
             raise IndexUnusable("index file missing") from None
         if hashlib.sha256(blob).hexdigest() != manifest.sha256:
@@ -183,6 +195,19 @@ class FaissIndex:
         return index
 
 
+def publish(directory: Path, manifest: Manifest) -> None:
+    """Make a staged index file the live one (one atomic rename), then drop older files."""
+    write_atomically(directory / MANIFEST_FILE, json.dumps(asdict(manifest)).encode())
+    for path in directory.glob("chunks*.faiss"):
+        if path.name != manifest.file:
+            path.unlink(missing_ok=True)
+
+
+def index_file(directory: Path) -> Path:
+    """The live index file, as the manifest names it."""
+    return directory / read_manifest(directory).file
+
+
 def read_manifest(directory: Path) -> Manifest:
     try:
         data = json.loads((directory / MANIFEST_FILE).read_text())
@@ -193,6 +218,8 @@ def read_manifest(directory: Path) -> Manifest:
         raise IndexUnusable(f"manifest unreadable ({exc})") from exc
     if manifest.format != MANIFEST_FORMAT:
         raise IndexUnusable(f"manifest format {manifest.format} is not {MANIFEST_FORMAT}")
+    if Path(manifest.file).name != manifest.file or not manifest.file.startswith("chunks"):
+        raise IndexUnusable(f"manifest names an unexpected file {manifest.file!r}")
     return manifest
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.index import INDEX_FILE, MANIFEST_FILE, FaissIndex, IndexUnusable
+from retrieval.index import MANIFEST_FILE, FaissIndex, IndexUnusable, index_file
 
 
 def unit_vectors(n: int, dim: int = 16, seed: int = 0) -> np.ndarray:
@@ -62,8 +62,8 @@ def test_torn_index_file_is_detected(tmp_path: Path) -> None:
     index = FaissIndex(16, "m")
     index.add(np.arange(20, dtype=np.int64), unit_vectors(20))
     index.save(tmp_path)
-    data = (tmp_path / INDEX_FILE).read_bytes()
-    (tmp_path / INDEX_FILE).write_bytes(data[: len(data) // 2])
+    data = index_file(tmp_path).read_bytes()
+    index_file(tmp_path).write_bytes(data[: len(data) // 2])
     with pytest.raises(IndexUnusable, match="torn"):
         FaissIndex.load(tmp_path, model_id="m", dimension=16)
 
@@ -73,7 +73,7 @@ def test_torn_index_file_is_detected(tmp_path: Path) -> None:
     [
         (lambda d: (d / MANIFEST_FILE).unlink(), "no checkpoint"),
         (lambda d: (d / MANIFEST_FILE).write_text("{garbage"), "unreadable"),
-        (lambda d: (d / INDEX_FILE).unlink(), "missing"),
+        (lambda d: index_file(d).unlink(), "missing"),
     ],
 )
 def test_damaged_checkpoints_are_detected(tmp_path: Path, damage, reason: str) -> None:  # type: ignore[no-untyped-def]
@@ -89,3 +89,32 @@ def test_index_of_another_model_is_not_used(tmp_path: Path) -> None:
     FaissIndex(16, "old-model").save(tmp_path)
     with pytest.raises(IndexUnusable, match="old-model"):
         FaissIndex.load(tmp_path, model_id="new-model", dimension=16)
+
+
+def test_checkpoint_switches_files_and_keeps_one(tmp_path: Path) -> None:
+    index = FaissIndex(16, "m")
+    index.add(np.arange(3, dtype=np.int64), unit_vectors(3))
+    index.save(tmp_path)
+    first = index_file(tmp_path)
+    index.add(np.arange(3, 6, dtype=np.int64), unit_vectors(3, seed=1))
+    index.save(tmp_path)
+    assert not first.exists()  # the old file went after the switch
+    assert [p.name for p in tmp_path.glob("chunks*")] == [index_file(tmp_path).name]
+    assert FaissIndex.load(tmp_path, model_id="m", dimension=16).count == 6
+
+
+def test_manifest_from_before_named_files_still_loads(tmp_path: Path) -> None:
+    import json
+
+    index = FaissIndex(16, "m")
+    index.add(np.arange(4, dtype=np.int64), unit_vectors(4))
+    index.save(tmp_path)
+    index_file(tmp_path).rename(tmp_path / "chunks.faiss")
+    manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    del manifest["file"]
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert FaissIndex.load(tmp_path, model_id="m", dimension=16).count == 4
+    manifest["file"] = "../elsewhere.faiss"
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(IndexUnusable, match="unexpected file"):
+        FaissIndex.load(tmp_path, model_id="m", dimension=16)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrieval.index import INDEX_FILE
+from retrieval.index import index_file
 from tests.retrieval_kit import Kit, make_kit
 
 DOCS = [b"alpha policy text about leave", b"beta rules for travel meals", b"gamma parking notes"]
@@ -28,14 +28,14 @@ def test_missing_index_is_rebuilt_from_sqlite(tmp_path: Path) -> None:
     index, report = kit.open_index()
     assert not report.loaded_from_disk
     assert index.count == len(DOCS)
-    assert (kit.index_dir / INDEX_FILE).exists()  # and saved for next time
+    assert index_file(kit.index_dir).exists()  # and saved for next time
 
 
 def test_torn_index_is_rebuilt(tmp_path: Path) -> None:
     kit = make_kit(tmp_path)
     ingest_all(kit)
     kit.open_index()  # catches up and checkpoints all documents
-    path = kit.index_dir / INDEX_FILE
+    path = index_file(kit.index_dir)
     path.write_bytes(path.read_bytes()[:100])
     rebuilt, report = kit.open_index()
     assert report.reason is not None and "torn" in report.reason
