@@ -38,6 +38,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     evaluate.add_argument("--history", action="store_true", help="list earlier runs")
     evaluate.add_argument("--data-dir", type=Path, help="database, index (default ./data)")
     auth_commands.add_commands(commands)
+    reindex = commands.add_parser(
+        "reindex", help="re-embed every passage into a new index, then switch to it"
+    )
+    reindex.add_argument("--data-dir", type=Path, help="database, index (default ./data)")
+    reindex.add_argument("--batch", type=int, default=256, help="passages per progress step")
     args = parser.parse_args(argv)
     _stay_offline()
     if args.command == "serve":
@@ -57,6 +62,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = _settings(data_dir=args.data_dir)
         options = {"collection": args.collection, "k": args.k, "history": args.history}
         sys.exit(run_eval(settings, args.golden, **options))
+    elif args.command == "reindex":
+        from app.reindex_command import run_reindex
+
+        sys.exit(run_reindex(_settings(data_dir=args.data_dir), batch=args.batch))
     elif args.command in ("users", "keys"):
         sys.exit(auth_commands.run(args))
 
