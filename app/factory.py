@@ -10,6 +10,7 @@ from litestar.datastructures import State
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from app.auth.admin_routes import AccountPages, AdminPages
 from app.auth.guards import csrf_token, require_principal
 from app.auth.routes import AuthPages
 from app.errors import handle_error
@@ -61,6 +62,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             live,
             ready,
             AuthPages,
+            AccountPages,
+            AdminPages,
             Pages,
             Partials,
             ConversationsUi,
