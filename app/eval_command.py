@@ -89,6 +89,7 @@ def _evaluate(
         questions,
         k=k,
         collection_ids=collection_ids,
+        min_score=settings.min_score if settings.retrieval_mode != "bm25" else None,
     )
     run_id = save_run(
         db,

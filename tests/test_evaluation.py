@@ -126,7 +126,7 @@ def test_bundled_golden_set_with_the_real_embedder(tmp_path: Path) -> None:
     )
     BulkIngest(kit.library, worker, kit.collection_id).run([SAMPLES])
     retriever = Retriever(kit.embedder, index, kit.store, SearchConfig())  # production defaults
-    report = evaluate(retriever, kit.store, load_golden(GOLDEN), k=3)
+    report = evaluate(retriever, kit.store, load_golden(GOLDEN), k=3, min_score=0.25)
     assert report.recall >= 0.85, report.results
     assert report.mrr >= 0.6
     assert report.answer_containment is not None and report.answer_containment >= 0.85
