@@ -136,11 +136,12 @@ def test_conversation_reopens_and_a_document_can_be_deleted(
         files=[("file", ("canteen.md", b"# Canteen\n\nThe canteen serves soup every Friday."))],
     )
     document_id = upload.json()["documents"][0]["id"]
-    page.goto("/")
+    page.goto("/collections/1")  # the collection's document table
     page.wait_for_function(
         f"() => document.querySelector('#document-{document_id} .status-indexed') !== null",
         timeout=60_000,
     )
+    page.goto("/")
     page.fill("#question", "When does the canteen serve soup?")
     page.keyboard.press("Enter")
     page.locator("article.msg.assistant:not(.streaming)").last.wait_for(timeout=60_000)
@@ -156,6 +157,7 @@ def test_conversation_reopens_and_a_document_can_be_deleted(
     )
     assert page.locator("article.msg.assistant").count() >= 1
 
+    page.goto("/collections/1")
     page.on("dialog", lambda dialog: dialog.accept())  # "Delete this document…?"
     page.click(f"#document-{document_id} button[aria-label^='Delete']")
     page.wait_for_selector(f"#document-{document_id}", state="detached")

@@ -19,6 +19,7 @@ from app.chat import ChatService, clean_question
 from app.conversations import Conversation, Message
 from app.deps import provide_chat, provide_services
 from app.errors import AppError, NotFound, UnprocessableInput
+from app.routes.pages import form_row_id
 from app.schemas import RowId
 from app.services import Services
 from app.ui_context import conversation_list_context
@@ -67,10 +68,19 @@ class ConversationsUi(Controller):
 
     @get("/conversations")
     async def list_conversations(
-        self, services: Services, q: Annotated[str, Parameter(max_length=MAX_QUERY_CHARS)] = ""
+        self,
+        services: Services,
+        q: Annotated[str, Parameter(max_length=MAX_QUERY_CHARS)] = "",
+        conversation_id: Annotated[str, Parameter(max_length=20)] = "",
     ) -> Template:
-        context = await asyncio.to_thread(conversation_list_context, services, q.strip())
-        return Template("_conversation_list.html", context=context)
+        """The sidebar's list, filtered by title; ``conversation_id`` is the one shown."""
+        selected = form_row_id(conversation_id)
+
+        def context() -> dict[str, object]:
+            found = services.conversations.get(selected) if selected else None
+            return {**conversation_list_context(services, q.strip()), "conversation": found}
+
+        return Template("_conversation_list.html", context=await asyncio.to_thread(context))
 
     @post("/conversations/{conversation_id:int}/rename", status_code=200)
     async def rename(
