@@ -20,6 +20,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default 8000)")
     serve.add_argument("--data-dir", type=Path, help="database, index, uploads (default ./data)")
+    serve.add_argument("--certfile", type=Path, help="PEM certificate: serve HTTPS")
+    serve.add_argument("--keyfile", type=Path, help="PEM private key of --certfile")
     prepare = commands.add_parser("prepare", help="put the default models in place, then exit")
     prepare.add_argument("--data-dir", type=Path, help="where models are kept (default ./data)")
     ingest = commands.add_parser(
@@ -46,7 +48,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     _stay_offline()
     if args.command == "serve":
-        _serve(host=args.host, port=args.port, data_dir=args.data_dir)
+        _serve(
+            host=args.host,
+            port=args.port,
+            data_dir=args.data_dir,
+            tls_certfile=args.certfile,
+            tls_keyfile=args.keyfile,
+        )
     elif args.command == "prepare":
         _prepare(data_dir=args.data_dir)
     elif args.command == "ingest":
@@ -97,13 +105,20 @@ def _serve(**overrides: Any) -> None:
     from app.factory import create_app
 
     settings = _settings(**overrides)
-    print(f"Ragdesk on http://{settings.host}:{settings.port} (data in {settings.data_dir})")
+    scheme = "https" if settings.tls_certfile else "http"
+    print(f"Ragdesk on {scheme}://{settings.host}:{settings.port} (data in {settings.data_dir})")
     uvicorn.run(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         log_level="info",
         timeout_graceful_shutdown=10,
+        ssl_certfile=settings.tls_certfile,
+        ssl_keyfile=settings.tls_keyfile,
+        # Forwarded client address and scheme only from the proxies named in the settings
+        # (uvicorn would otherwise believe 127.0.0.1).
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=settings.trusted_proxies or [],
     )
 
 

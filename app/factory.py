@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Litestar, Response
+from litestar.config.cors import CORSConfig
 from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.datastructures import State
+from litestar.middleware import DefineMiddleware
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
 from app.auth.admin_routes import AccountPages, AdminPages
 from app.auth.guards import csrf_token, require_principal
+from app.auth.hosts import AllowedHosts
 from app.auth.routes import AuthPages
 from app.errors import handle_error
 from app.metrics import metrics_endpoint
@@ -89,4 +92,18 @@ def create_app(settings: Settings | None = None) -> Litestar:
         exception_handlers={Exception: handle_error},
         after_request=_add_security_headers,
         request_max_body_size=settings.max_upload_bytes,
+        cors_config=_cors(settings),
+        middleware=[DefineMiddleware(AllowedHosts, allowed=settings.served_hosts)],
+    )
+
+
+def _cors(settings: Settings) -> CORSConfig | None:
+    """Scripts on the listed origins may call the API with a key (never with cookies)."""
+    if not settings.cors_origins:
+        return None
+    return CORSConfig(
+        allow_origins=settings.cors_origins,
+        allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=["Authorization", "Content-Type"],
+        allow_credentials=False,
     )

@@ -50,6 +50,24 @@ class Settings(BaseSettings):
     )
 
     # --- accounts and access -----------------------------------------------------------------
+    tls_certfile: Path | None = Field(
+        None, description="PEM certificate: serve HTTPS (with tls_keyfile)."
+    )
+    tls_keyfile: Path | None = Field(None, description="PEM private key of tls_certfile.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses (or CIDR ranges) of reverse proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed; empty = none.",
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"],
+        description="Host header values served (others get 400); the bind address is added; "
+        "'*.example.org' matches subdomains. No wildcard by default.",
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="Other web origins whose scripts may call the API with a key; empty = none.",
+    )
     session_lifetime_s: float = Field(
         43200.0, ge=60, le=90 * 86400, description="How long a browser session lasts."
     )
@@ -208,6 +226,19 @@ class Settings(BaseSettings):
     )
     max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on chat answer tokens.")
     temperature: float = Field(0.2, ge=0.0, le=2.0, description="Chat sampling temperature.")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together")
+        return self
+
+    @property
+    def served_hosts(self) -> list[str]:
+        """``allowed_hosts`` plus the address the server binds to (unless it is 'any')."""
+        bind = f"[{self.host}]" if ":" in self.host else self.host
+        extra = [] if self.host in ("0.0.0.0", "::") else [bind]  # noqa: S104
+        return list(dict.fromkeys([*self.allowed_hosts, *extra]))
 
     @property
     def kv_dir(self) -> Path:

@@ -37,6 +37,7 @@ def fake_settings(data_dir: Path, **overrides: Any) -> Settings:
         "password_memory_kib": 64,
         "password_parallelism": 1,
         "rate_limit_per_minute": 0,
+        "allowed_hosts": ["testserver.local", "localhost", "127.0.0.1"],  # TestClient's host
     }
     values.update(overrides)
     return Settings(**values)

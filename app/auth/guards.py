@@ -88,8 +88,8 @@ async def require_principal(
     principal = identify(connection, auth)
     connection.scope["user"] = principal
     set_access(Access(principal, auth.members.readable(principal)) if principal else NO_ACCESS)
-    if handler.opt.get("public"):
-        return
+    if handler.opt.get("public") or connection.scope.get("method") == "OPTIONS":
+        return  # OPTIONS: Litestar's own Allow/CORS preflight answers, which carry no key
     if principal is None:
         raise NotAuthenticated()
     method = connection.scope.get("method", "GET")
