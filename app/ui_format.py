@@ -23,5 +23,9 @@ def shorttime(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")
 
 
+def shortdate(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%d %b %Y")
+
+
 def register_filters(filters: dict[str, Any]) -> None:
-    filters.update(filesize=filesize, isotime=isotime, shorttime=shorttime)
+    filters.update(filesize=filesize, isotime=isotime, shorttime=shorttime, shortdate=shortdate)

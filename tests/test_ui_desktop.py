@@ -365,3 +365,54 @@ def test_axe_finds_no_serious_violations(page: Any, server: SignedInServer) -> N
     checks["empty"] = axe_violations(page)
     found = {name: violations for name, violations in checks.items() if violations}
     assert found == {}, json.dumps(found, indent=1)
+
+
+def test_screenshots_of_the_main_screens(page: Any, server: SignedInServer) -> None:
+    """docs/screenshots/desktop-*.png, light and dark (README shows them)."""
+    server.upload("travel-policy.md", b"# Travel policy\n\nMeals abroad: 45 euros a day.\n" * 30)
+    server.upload("canteen.csv", b"day,opens\nMonday,12:00\nFriday,11:30\n")
+    server.upload("it-handbook.html", b"<h1>IT handbook</h1><p>Reset your password.</p>" * 20)
+    model = server.model
+    asked = [
+        ("How much are meals abroad a day?", "Meals abroad: 45 euros a day [1]."),
+        ("How do I reset my password?", "Reset your password as the IT handbook says [1]."),
+    ]
+    for question, answer in asked:
+        model.enqueue([answer])
+        page.goto("/")
+        answered(page, question, answer[:12])
+    db = server.app.state.services.db
+    with db.write() as write:  # spread the history over a few days, as in real use
+        write.execute("UPDATE conversations SET updated_at = updated_at - 86400 WHERE id = 2")
+        write.execute("UPDATE conversations SET updated_at = updated_at - 864000 WHERE id = 1")
+    page.goto("/")
+    model.enqueue(
+        [
+            "To upload documents:\n\n",
+            "1. Choose **Upload documents…** in the File menu [1]\n",
+            "2. Drop the files; each shows its status until it is *indexed* [1]\n\n",
+            "Or from a shell:\n\n```\ncurl -F file=@handbook.pdf http://127.0.0.1:8000/api/documents\n```\n",
+        ]
+    )
+    answer = answered(page, "How do I upload documents?", "To upload documents")
+    page.click("#pin-button")
+    page.wait_for_selector("#conversation-list .group-label >> text=Pinned")
+    with page.context.expect_page() as opened:
+        answer.locator("a.cite").first.click()
+    opened.value.close()
+    page.locator("#sources-pane .source.selected").wait_for()
+    page.locator("#question").blur()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for scheme in ("light", "dark"):
+        suffix = "" if scheme == "light" else "-dark"
+        page.emulate_media(color_scheme=scheme)
+        page.screenshot(path=str(SCREENSHOTS / f"desktop-chat{suffix}.png"))
+    page.emulate_media(color_scheme="light")
+    page.click("#menu-view")
+    page.screenshot(path=str(SCREENSHOTS / "desktop-menu.png"))
+    page.keyboard.press("Escape")
+    page.goto("/collections/1?sort=name&order=asc")
+    for scheme in ("light", "dark"):
+        suffix = "" if scheme == "light" else "-dark"
+        page.emulate_media(color_scheme=scheme)
+        page.screenshot(path=str(SCREENSHOTS / f"desktop-documents{suffix}.png"))
