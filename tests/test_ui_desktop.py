@@ -148,6 +148,13 @@ def test_the_window_fills_the_viewport_from_1024_to_4k(
     window = page.locator("#window").bounding_box()
     assert (window["width"], window["height"]) == viewport
     assert width(page, "#center") >= 360
+    page.evaluate(  # panes stored wide on a big screen still leave the chat its room here
+        "() => { localStorage.setItem('ragdesk.sidebarWidth', '600');"
+        " localStorage.setItem('ragdesk.inspectorWidth', '700'); }"
+    )
+    page.reload()
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport[0]
+    assert width(page, "#center") >= 360
     for pane in ("#sidebar", "#inspector", "#statusbar", ".menubar"):
         assert page.locator(pane).is_visible(), pane
     context.close()
@@ -360,7 +367,10 @@ def test_axe_finds_no_serious_violations(page: Any, server: SignedInServer) -> N
         checks[f"help-{scheme}"] = axe_violations(page)
         page.keyboard.press("Escape")
     page.goto("/collections/1")
-    checks["collection"] = axe_violations(page)
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        checks[f"collection-{scheme}"] = axe_violations(page)
+    page.emulate_media(color_scheme="light")
     page.goto("/")
     checks["empty"] = axe_violations(page)
     found = {name: violations for name, violations in checks.items() if violations}
