@@ -12,7 +12,7 @@ from litestar.testing import TestClient
 
 from app.conversations import Conversation
 from app.ui_context import group_conversations
-from tests.conftest import fake_model, sse_events, upload, wait_indexed
+from tests.conftest import add_user, fake_model, login, sse_events, upload, wait_indexed
 from tests.test_pages import HOSTILE, injected_markup
 
 HX = {"HX-Request": "true"}
@@ -266,3 +266,30 @@ def test_reingest_of_a_document_in_progress_is_a_conflict(client: TestClient[Any
     time.sleep(0.1)
     response = client.post(f"/ui/documents/{document_id}/reingest", headers=HX)
     assert response.status_code == 409 and "already being ingested" in response.text
+
+
+def test_other_peoples_conversations_are_not_found(client: TestClient[Any]) -> None:
+    indexed_document(client)
+    conversation = ask(client, "When does the canteen open?")
+    page = client.get(f"/c/{conversation}").text
+    question, answer = (int(n) for n in re.findall(r'id="message-(\d+)"', page)[:2])
+    add_user(client, "other")
+    login(client, "other")
+    assert f"/c/{conversation}" not in client.get("/ui/conversations").text
+    for method, url, data in [
+        ("post", f"/ui/conversations/{conversation}/rename", {"title": "mine now"}),
+        ("post", f"/ui/conversations/{conversation}/pin", {"pinned": "1"}),
+        ("get", f"/ui/conversations/{conversation}/export", None),
+        ("delete", f"/ui/conversations/{conversation}", None),
+        ("post", f"/ui/messages/{answer}/regenerate", None),
+        ("post", f"/ui/messages/{question}/edit", {"message": "mine now"}),
+        ("get", f"/ui/conversations?conversation_id={conversation}", None),
+    ]:
+        kwargs = {"data": data} if data else {}
+        response = getattr(client, method)(url, headers=HX, **kwargs)
+        if url.startswith("/ui/conversations?"):
+            assert "aria-current" not in response.text  # not even marked as the one shown
+            continue
+        assert response.status_code == 404, (url, response.status_code)
+    login(client)  # the owner: nothing changed
+    assert "mine now" not in client.get(f"/c/{conversation}").text
