@@ -180,15 +180,21 @@ class FaissIndex:
         if manifest.model_id != model_id or manifest.dimension != dimension:
             made_by = f"{manifest.model_id} ({manifest.dimension}d)"
             raise IndexUnusable(f"made by {made_by}, not {model_id} ({dimension}d)")
+        path = directory / manifest.file
         try:
-            blob = (directory / manifest.file).read_bytes()
+            digest = file_sha256(path)
         except FileNotFoundError:
             raise IndexUnusable("index file missing") from None
-        if hashlib.sha256(blob).hexdigest() != manifest.sha256:
+        if digest != manifest.sha256:
             raise IndexUnusable("index file does not match its manifest (torn write?)")
         import faiss
 
-        raw = faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
+        # Straight from the file: no second copy of a large index in memory. Files are
+        # named by their hash and never rewritten, so this reads what was just checked.
+        try:
+            raw = faiss.read_index(str(path))
+        except RuntimeError as exc:
+            raise IndexUnusable(f"FAISS cannot read the index file ({exc})") from exc
         index = cls(dimension, model_id, _index=raw, spec=spec)
         if index.count != manifest.count:
             raise IndexUnusable("vector count differs from the manifest")
@@ -201,6 +207,14 @@ def publish(directory: Path, manifest: Manifest) -> None:
     for path in directory.glob("chunks*.faiss"):
         if path.name != manifest.file:
             path.unlink(missing_ok=True)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def index_file(directory: Path) -> Path:
