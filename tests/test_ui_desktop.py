@@ -70,6 +70,7 @@ def page(browser: Any, server: SignedInServer) -> Iterator[Any]:
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.console_errors = errors  # type: ignore[attr-defined]
     page.emulate_media(color_scheme="light")
     server.model.token_delay_s = 0.0
     sign_in(page, TEST_USER, TEST_PASSWORD)
@@ -426,3 +427,17 @@ def test_screenshots_of_the_main_screens(page: Any, server: SignedInServer) -> N
         suffix = "" if scheme == "light" else "-dark"
         page.emulate_media(color_scheme=scheme)
         page.screenshot(path=str(SCREENSHOTS / f"desktop-documents{suffix}.png"))
+
+
+def test_status_bar_shows_the_model_index_and_connection(page: Any) -> None:
+    page.goto("/")
+    assert page.locator("#status-model").inner_text() == "Model fake on CPU"
+    assert "passages" in page.locator("#status-index").inner_text()
+    assert "waiting" in page.locator("#status-requests").inner_text()
+    assert page.locator("#connection").get_attribute("data-state") == "online"
+    page.route("**/ui/status", lambda route: route.abort())  # the server is unreachable
+    page.wait_for_selector("#connection[data-state=offline]", timeout=10_000)
+    assert "Offline" in page.locator("#connection").inner_text()
+    page.unroute("**/ui/status")
+    page.wait_for_selector("#connection[data-state=online]", timeout=10_000)
+    page.console_errors.clear()  # the failed polls were logged, as they should be
