@@ -82,6 +82,14 @@ class FaissIndex:
     def kind(self) -> str:
         return kind_of(self._index)
 
+    def take_over(self, other: FaissIndex) -> None:
+        """Serve ``other``'s vectors from now on (a rebuilt structure), in place, so every
+        holder of this object sees the switch at once."""
+        with self._lock:
+            self._index = other._index
+            self._count = int(self._index.ntotal)
+            self._gpu_stale = True
+
     def ids(self) -> IdArray:
         with self._lock:
             return stored_ids(self._index)

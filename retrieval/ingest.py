@@ -27,6 +27,7 @@ from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.store import DocumentGone, DocumentStore
 from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.uploads import UploadFiles
+from retrieval.vector_sync import restructure_if_needed
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class IngestWorker:
             return
         self._dirty.clear()
         try:
+            restructure_if_needed(self.index, self.store)  # grown past the IVF threshold?
             self.index.save(self.index_dir)
             self._last_checkpoint = time.monotonic()
         except Exception:  # disk full, permissions: SQLite has everything, try again later

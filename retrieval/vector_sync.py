@@ -71,6 +71,24 @@ def open_index(
     return index, report
 
 
+def restructure_if_needed(index: FaissIndex, store: DocumentStore) -> bool:
+    """Rebuild ``index`` in place when its size now calls for the other structure (a
+    collection grown past the IVF threshold while the server runs); True if it did.
+
+    Runs on the ingestion thread, the only one that adds vectors; a delete that lands
+    during the rebuild is caught by the second comparison with SQLite.
+    """
+    kind = index.spec.wanted(index.count, index.kind)
+    if kind == index.kind:
+        return False
+    log.info("rebuilding the vector index as %s for %d vectors", kind, index.count)
+    wanted = store.embedded_chunk_ids(index.model_id)
+    index.take_over(rebuild(store, wanted, index.model_id, index.dimension, index.spec, kind))
+    gone = np.setdiff1d(wanted, store.embedded_chunk_ids(index.model_id), assume_unique=True)
+    index.remove(gone)
+    return True
+
+
 def rebuild(
     store: DocumentStore,
     ids: IdArray,

@@ -93,3 +93,31 @@ def test_open_index_switches_structure_by_size(tmp_path: Path, kind: str) -> Non
     kit.library.delete(document.id)  # shrinks below the threshold: back to exact
     flat, report = open_index(store=kit.store, spec=spec, **dirs)  # type: ignore[arg-type]
     assert flat.kind == "flat" and flat.count == 0
+
+
+def test_a_growing_index_turns_ivf_at_a_checkpoint_in_place(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    spec = IndexSpec(ivf_threshold=1000)
+    index, _ = open_index(
+        kit.index_dir, kit.store, model_id=kit.embedder.model_id, dimension=256, spec=spec
+    )
+    worker = kit.worker(index)
+    paragraphs = [
+        f"Clause {n}: item {n * 7} is stored in bay {n % 41} of hall {n % 9}, counted each"
+        f" {n % 12} weeks by the team of shift {n % 3} and logged by the clerk."
+        for n in range(1200)
+    ]
+    document, _ = kit.library.submit(
+        data="\n\n".join(paragraphs).encode(), filename="c.md", collection_id=kit.collection_id
+    )
+    worker.ingest(document.id)
+    assert index.kind == "flat" and index.count >= 1000
+    worker.checkpoint()
+    assert index.kind == "ivf"  # the same object the retriever holds, now IVF
+    assert sorted(index.ids().tolist()) == sorted(
+        kit.store.embedded_chunk_ids(kit.embedder.model_id).tolist()
+    )
+    reopened, report = open_index(
+        kit.index_dir, kit.store, model_id=kit.embedder.model_id, dimension=256, spec=spec
+    )
+    assert reopened.kind == "ivf" and not report.changed
