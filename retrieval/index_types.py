@@ -9,8 +9,9 @@
   which the index needs (a deleted document leaves search at once).
 
 The structure is chosen when the index is opened (server start, ``ragdesk ingest``,
-``ragdesk eval``) and at each checkpoint of a running server: an exact index that has grown past the threshold is rebuilt as IVF from
-SQLite, and an IVF index that has shrunk below half of it goes back to exact.
+``ragdesk eval``) and at each checkpoint of a running server: an exact index that has
+grown past the threshold is rebuilt as IVF from SQLite, and an IVF index that has shrunk
+below half of it goes back to exact.
 """
 
 from __future__ import annotations
