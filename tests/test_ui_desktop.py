@@ -1,101 +1,24 @@
-"""The desktop shell in real headless Chromium: resizable panes that persist, conversation
-management (rename, pin, export, delete, regenerate, edit and resend), citations that select
-their source, the document table, keyboard-only use and an axe-core accessibility check."""
+"""The desktop shell in real headless Chromium: resizable panes that persist, 1024 px to
+4K, keyboard-only use, the status bar, an axe-core accessibility check, screenshots."""
 
-# ruff: noqa: F811 - the shared browser fixture is imported
+# ruff: noqa: F811 - pytest fixtures are imported from tests.desktop_kit
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import TEST_PASSWORD, TEST_USER
+from tests.desktop_kit import SignedInServer, answered, page, server, width  # noqa: F401
 from tests.server import sign_in
 from tests.test_browser import SCREENSHOTS, browser  # noqa: F401 - the shared Chromium fixture
-from tests.test_browser_ui import InProcessServer, ask
 
 pytestmark = [pytest.mark.browser]
 
 AXE = Path(__file__).parent / "vendor" / "axe-core-4.14.1.min.js"
-
-
-class SignedInServer(InProcessServer):
-    """The in-process server with an admin account (browsers) and an API key (httpx)."""
-
-    headers: dict[str, str]
-
-    def provision(self) -> SignedInServer:
-        auth = self.app.state.services.auth
-        user = auth.users.create(TEST_USER, TEST_PASSWORD, role="admin")
-        key, _ = auth.keys.create(user, name="tests")
-        self.headers = {"Authorization": f"Bearer {key}"}
-        return self
-
-    def upload(self, name: str, data: bytes) -> int:
-        created = httpx.post(
-            f"{self.url}/api/documents", files=[("file", (name, data))], headers=self.headers
-        )
-        document_id = int(created.json()["documents"][0]["id"])
-        deadline = time.monotonic() + 30
-        while self.get(f"/api/documents/{document_id}").json()["status"] != "indexed":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        return document_id
-
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(f"{self.url}{path}", headers=self.headers)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SignedInServer]:
-    running = SignedInServer(tmp_path_factory.mktemp("desktop") / "data").start().provision()
-    running.upload("up.md", b"# Upload\n\nOpen Upload documents and drop the files to upload them.")
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-@pytest.fixture
-def page(browser: Any, server: SignedInServer) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 860}, base_url=server.url)
-    requests: list[str] = []
-    context.on("request", lambda request: requests.append(request.url))
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.console_errors = errors  # type: ignore[attr-defined]
-    page.emulate_media(color_scheme="light")
-    server.model.token_delay_s = 0.0
-    sign_in(page, TEST_USER, TEST_PASSWORD)
-    yield page
-    assert all(url.startswith(server.url) for url in requests), "no request leaves the server"
-    assert errors == [], errors
-    context.close()
-
-
-def answered(page: Any, question: str, *tokens: str) -> Any:
-    ask(page, question)
-    answer = page.locator("article.msg.assistant:not(.streaming)").last
-    answer.wait_for(timeout=10_000)
-    if tokens:
-        page.wait_for_function(
-            "t => [...document.querySelectorAll('article.msg.assistant')].some("
-            "a => a.innerText.includes(t))",
-            arg=tokens[0],
-        )
-    page.wait_for_url("**/c/*")
-    return answer
-
-
-def width(page: Any, selector: str) -> float:
-    return float(page.locator(selector).evaluate("e => e.getBoundingClientRect().width"))
 
 
 def test_panes_resize_by_mouse_and_keyboard_and_persist(page: Any) -> None:
@@ -159,129 +82,6 @@ def test_the_window_fills_the_viewport_from_1024_to_4k(
     for pane in ("#sidebar", "#inspector", "#statusbar", ".menubar"):
         assert page.locator(pane).is_visible(), pane
     context.close()
-
-
-def test_rename_pin_export_and_delete_a_conversation(page: Any, server: SignedInServer) -> None:
-    server.model.enqueue(["Open the upload dialog [1]."])
-    page.goto("/")
-    answered(page, "How do I upload documents?")
-    url = page.url
-
-    page.click("#rename-button")
-    page.fill("#rename-input", "Uploading <b>files</b>")
-    page.keyboard.press("Enter")
-    page.wait_for_function(
-        "() => document.querySelector('#conversation-title').innerText.includes('Uploading')"
-    )
-    assert page.locator("#conversation-title").inner_text() == "Uploading <b>files</b>"
-    current = page.locator("#conversation-list a[aria-current=page]")
-    assert current.inner_text() == "Uploading <b>files</b>"
-    assert not page.locator("#rename-dialog").evaluate("d => d.open")
-
-    page.click("#pin-button")
-    page.wait_for_function("() => document.querySelector('#pin-button').innerText === 'Unpin'")
-    assert page.locator("#conversation-list .group-label").first.inner_text() == "Pinned"
-    page.reload()
-    assert page.locator("#pin-button").get_attribute("aria-pressed") == "true"
-
-    with page.expect_download() as download:
-        page.click("#export-button")
-    exported = Path(download.value.path()).read_text()
-    assert download.value.suggested_filename.endswith(".md")
-    assert exported.startswith("# Uploading <b>files</b>\n")
-    assert "Open the upload dialog [1]." in exported
-
-    page.fill("#conversation-filter", "zzz-no-such")
-    page.wait_for_selector("#conversation-list .empty-list")
-    page.fill("#conversation-filter", "uploading")
-    page.wait_for_selector("#conversation-list a[aria-current=page]")
-
-    page.once("dialog", lambda dialog: dialog.accept())  # "Delete this conversation…?"
-    page.click("#delete-conversation")
-    page.wait_for_url(lambda u: u.rstrip("/") == server.url)
-    assert httpx.get(url, headers=server.headers).status_code == 404
-    assert page.locator("#conversation-list", has_text="Uploading").count() == 0
-
-
-def test_regenerate_and_edit_and_resend(page: Any, server: SignedInServer) -> None:
-    model = server.model
-    model.enqueue(["First answer [1]."])
-    page.goto("/")
-    answered(page, "How do I upload files here?", "First answer")
-    model.enqueue(["Second answer [1]."])
-    page.locator("article.msg.assistant .regenerate-button").last.click()
-    page.wait_for_function(
-        "() => document.querySelector('#messages').innerText.includes('Second answer')"
-    )
-    assert "First answer" not in page.locator("#messages").inner_text()
-    page.reload()
-    assert "Second answer" in page.locator("#messages").inner_text()
-
-    model.enqueue(["Edited answer [1]."])
-    question = page.locator("article.msg.user").first
-    question.locator(".edit-button").click()
-    form = question.locator(".edit-form")
-    assert form.is_visible()
-    form.locator("textarea").fill("How do I upload documents, edited?")
-    page.once("dialog", lambda dialog: dialog.accept())  # "Resend this question?"
-    form.locator("button[type=submit]").click()
-    page.wait_for_function(
-        "() => document.querySelector('#messages').innerText.includes('Edited answer')"
-    )
-    page.reload()
-    text = page.locator("#messages").inner_text()
-    assert "How do I upload documents, edited?" in text and "Edited answer" in text
-    assert "Second answer" not in text and "upload files here" not in text
-    assert page.locator("article.msg").count() == 2
-
-
-def test_a_citation_selects_its_source_in_the_inspector(page: Any, server: SignedInServer) -> None:
-    server.model.enqueue(["Drop the files [1]."])
-    page.goto("/")
-    answer = answered(page, "How do I upload, with a citation?")
-    page.locator("#sources-pane").evaluate("e => e.innerHTML = ''")  # as if nothing selected
-    with page.context.expect_page() as opened:
-        answer.locator("a.cite").first.click()
-    opened.value.close()  # the link still opens the cited page
-    selected = page.locator("#sources-pane .source.selected")
-    selected.wait_for()
-    assert "[1]" in selected.inner_text()
-    assert "selected" in (answer.get_attribute("class") or "")
-
-
-def test_document_table_sorts_filters_and_remembers_the_collection(
-    page: Any, server: SignedInServer
-) -> None:
-    server.upload("zebra-notes.md", b"# Zebra\n\nStripes, " * 50)
-    page.goto("/")
-    page.click("#library a[data-collection-link]")
-    page.wait_for_url("**/collections/*")
-    assert page.evaluate("localStorage.getItem('ragdesk.collection')") == "1"
-
-    def names() -> list[str]:
-        return [
-            n.strip()
-            for n in page.locator("#document-table tbody td.col-name > a").all_inner_texts()
-        ]
-
-    page.click("th.col-name button")
-    page.wait_for_selector("th.col-name[aria-sort=ascending]")
-    assert names() == sorted(names(), key=str.casefold) and "Zebra" in names()
-    page.click("th.col-name button")
-    page.wait_for_selector("th.col-name[aria-sort=descending]")
-    assert names()[0] == "Zebra"
-    page.click("th.col-size button")
-    page.wait_for_selector("th.col-size[aria-sort=ascending]")
-    assert names()[-1] == "Zebra"  # the largest file
-
-    page.fill("#document-filter", "zebra")
-    page.wait_for_function(
-        "() => document.querySelectorAll('#document-table tbody tr').length === 1"
-    )
-    assert names() == ["Zebra"]
-    assert page.locator("th.col-size").get_attribute("aria-sort") == "ascending"  # sort kept
-    page.reload()
-    assert page.locator("#library li.selected a").get_attribute("data-collection-link") == "1"
 
 
 def test_keyboard_only_navigation(page: Any, server: SignedInServer) -> None:
@@ -378,8 +178,24 @@ def test_axe_finds_no_serious_violations(page: Any, server: SignedInServer) -> N
     assert found == {}, json.dumps(found, indent=1)
 
 
-def test_screenshots_of_the_main_screens(page: Any, server: SignedInServer) -> None:
+@pytest.fixture
+def fresh(tmp_path: Path) -> Iterator[SignedInServer]:
+    """A server of its own, so screenshots never show what other tests left behind."""
+    running = SignedInServer(tmp_path / "data").start().provision()
+    running.upload("up.md", b"# Upload\n\nOpen Upload documents and drop the files to upload them.")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_screenshots_of_the_main_screens(browser: Any, fresh: SignedInServer) -> None:
     """docs/screenshots/desktop-*.png, light and dark (README shows them)."""
+    server = fresh
+    context = browser.new_context(viewport={"width": 1400, "height": 860}, base_url=server.url)
+    page = context.new_page()
+    page.emulate_media(color_scheme="light")
+    sign_in(page, TEST_USER, TEST_PASSWORD)
     server.upload("travel-policy.md", b"# Travel policy\n\nMeals abroad: 45 euros a day.\n" * 30)
     server.upload("canteen.csv", b"day,opens\nMonday,12:00\nFriday,11:30\n")
     server.upload("it-handbook.html", b"<h1>IT handbook</h1><p>Reset your password.</p>" * 20)
@@ -427,6 +243,7 @@ def test_screenshots_of_the_main_screens(page: Any, server: SignedInServer) -> N
         suffix = "" if scheme == "light" else "-dark"
         page.emulate_media(color_scheme=scheme)
         page.screenshot(path=str(SCREENSHOTS / f"desktop-documents{suffix}.png"))
+    context.close()
 
 
 def test_status_bar_shows_the_model_index_and_connection(page: Any) -> None:
