@@ -205,3 +205,42 @@ def test_sec_fetch_site_decides_before_origin(client: TestClient[Any]) -> None:
         assert refused.status_code == 403, site
     null = client.post("/ui/ask", data={"message": "hi"}, headers={"Origin": "null"})
     assert null.status_code == 403
+
+
+def test_cli_key_is_the_only_stdout_and_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = str(tmp_path)
+    for argv in (
+        ["users", "create", "dan", "--collection", "ops", "--data-dir", data],
+        [
+            "keys",
+            "create",
+            "--user",
+            "dan",
+            "--collection",
+            "ops",
+            "--read-only",
+            "--data-dir",
+            data,
+        ],
+    ):
+        with pytest.raises(SystemExit) as done:
+            cli(argv)
+        assert done.value.code == 0
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    assert re.fullmatch(r"rdk_[0-9a-f]{12}_[A-Za-z0-9_-]{43}", key)
+    with pytest.raises(SystemExit):
+        cli(["keys", "create", "--user", "dan", "--collection", "nope", "--data-dir", data])
+    assert "no collection named 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli(["keys", "list", "--data-dir", data])
+    listing = capsys.readouterr().out
+    assert "ops" in listing and "read-only" in listing and key not in listing
+    with signed_in(fake_settings(tmp_path)) as app_client:
+        app_client.cookies.clear()
+        headers = {"Authorization": f"Bearer {key}"}
+        assert app_client.get("/api/documents", headers=headers).status_code == 200
+        with pytest.raises(SystemExit):
+            cli(["keys", "revoke", "1", "--data-dir", data])
+        assert app_client.get("/api/documents", headers=headers).status_code == 401
