@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from tests.conftest import add_user, login
+from tests.conftest import TEST_PASSWORD, add_user, login
 
 ADMIN_ONLY = [
     ("GET", "/admin", None),
@@ -77,3 +77,20 @@ def test_an_admin_route_walk_finds_admin_handlers(client: TestClient[Any]) -> No
         if handler.opt.get("admin")
     }
     assert {p for _, p, _ in ADMIN_ONLY} <= {re.sub(r"\{\w+:int\}", "1", p) for p in admin_paths}
+
+
+def test_changing_ones_password_ends_every_session(client: TestClient[Any]) -> None:
+    token = client.headers["X-CSRF-Token"]
+    wrong = client.post("/account/password", data={"current": "nope", "new": "x" * 20})
+    assert wrong.status_code == 422
+    short = client.post("/account/password", data={"current": TEST_PASSWORD, "new": "short"})
+    assert short.status_code == 422 and "12" in short.text
+    changed = client.post(
+        "/account/password",
+        data={"current": TEST_PASSWORD, "new": "a much better passphrase", "csrf_token": token},
+        follow_redirects=False,
+    )
+    assert changed.status_code == 303 and changed.headers["location"] == "/login"
+    assert client.get("/api/documents").status_code == 401  # this session ended too
+    login(client, "tester", "a much better passphrase")
+    assert client.get("/api/documents").status_code == 200

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import FormMultiDict
 from litestar.response import Redirect, Template
 
@@ -102,6 +102,20 @@ class AccountPages(Controller):
         )
         context = await asyncio.to_thread(account_context, request, new_key=key)
         return Template("account.html", context=context)
+
+    @post("/account/password", status_code=303)
+    async def change_password(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        """A new password (the current one is asked again); then sign in with it."""
+        form, principal, auth = await request.form(), _principal(request), auth_of(request)
+        current, new = str(form.get("current", "")), str(form.get("new", ""))
+        user = await asyncio.to_thread(auth.users.authenticate, principal.user.name, current)
+        if user is None:
+            raise UnprocessableInput("the current password is wrong")
+        try:
+            await asyncio.to_thread(auth.users.set_password, user.id, new)
+        except AccountError as exc:
+            raise UnprocessableInput(str(exc)) from None
+        return Redirect("/login", status_code=303)  # every session of the user has ended
 
     @post("/account/keys/{key_id:int}/revoke", status_code=303)
     async def revoke_key(self, request: Request[Any, Any, Any], key_id: int) -> Redirect:

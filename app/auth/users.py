@@ -12,6 +12,7 @@ from app.auth.principal import Role, User
 from retrieval.db import Database
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+MIN_PASSWORD_CHARS = 12
 MAX_PASSWORD_CHARS = 1024  # argon2 takes anything; a megabyte password is a DoS, not a secret
 
 
@@ -36,6 +37,10 @@ class Users:
             raise AccountError("a user name is 1-64 letters, digits or . _ @ - characters")
         if role not in ("admin", "staff"):
             raise AccountError("the role is admin or staff")
+        if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
+            raise AccountError(
+                f"a password has {MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters"
+            )
         hashed = self.passwords.hash(password)
         try:
             with self.db.write() as db:
@@ -68,13 +73,20 @@ class Users:
         if not self.passwords.verify(stored, password) or row is None or row["disabled"]:
             return None
         if stored and self.passwords.needs_rehash(stored):
-            self.set_password(int(row["id"]), password)
+            self.set_password(int(row["id"]), password, end_sessions=False)
         return _user(row)
 
-    def set_password(self, user_id: int, password: str) -> None:
+    def set_password(self, user_id: int, password: str, *, end_sessions: bool = True) -> None:
+        """A new password; every session of the user ends (unless only rehashing)."""
+        if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
+            raise AccountError(
+                f"a password has {MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters"
+            )
         hashed = self.passwords.hash(password)
         with self.db.write() as db:
             db.execute("UPDATE users SET password_hash = ? WHERE id = ?", [hashed, user_id])
+            if end_sessions:
+                db.execute("DELETE FROM sessions WHERE user_id = ?", [user_id])
 
     def set_role(self, user_id: int, role: Role) -> None:
         with self.db.write() as db:
