@@ -33,6 +33,13 @@ class ApiKey:
     revoked_at: float | None
 
     @property
+    def last_used(self) -> str:
+        """When the key was last used (to the minute, server time), or 'never'."""
+        if self.last_used_at is None:
+            return "never"
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.last_used_at))
+
+    @property
     def display(self) -> str:
         """How the key is shown after creation: its public prefix only."""
         return f"rdk_{self.prefix}_…"
