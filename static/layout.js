@@ -229,6 +229,18 @@
   });
   window.addEventListener("offline", function () { connection(false); });
 
+  // --- Keep the keyboard focus on a control that a swap replaced (Pin, a column's sort) ----
+  var focusedId = null;
+  document.addEventListener("htmx:beforeSwap", function () {
+    focusedId = document.activeElement && document.activeElement.id ? document.activeElement.id : null;
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!focusedId || (document.activeElement && document.activeElement !== document.body)) { return; }
+    var again = document.getElementById(focusedId);
+    if (again && !document.querySelector("dialog[open]")) { again.focus(); }
+    focusedId = null;
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     markCollection();
     syncSplitters();

@@ -134,6 +134,19 @@ def test_keyboard_only_navigation(page: Any, server: SignedInServer) -> None:
     page.keyboard.press("Shift+Tab")  # back to the conversation's last answer's actions
     assert page.evaluate("document.activeElement.tagName") in ("BUTTON", "A")
 
+    page.locator("#pin-button").focus()  # a control the response replaces keeps the focus
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#pin-button[aria-pressed=true]")
+    page.wait_for_function("() => document.activeElement.id === 'pin-button'")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#pin-button[aria-pressed=false]")
+
+    page.goto("/collections/1")
+    page.locator("#sort-name").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("th.col-name[aria-sort=ascending]")
+    page.wait_for_function("() => document.activeElement.id === 'sort-name'")
+
 
 def axe_violations(page: Any) -> list[dict[str, Any]]:
     # add_script_tag(path=…) would inline the script, which the page's CSP refuses; served
@@ -166,6 +179,12 @@ def test_axe_finds_no_serious_violations(page: Any, server: SignedInServer) -> N
         page.keyboard.press("Escape")
         page.keyboard.press("?")
         checks[f"help-{scheme}"] = axe_violations(page)
+        page.keyboard.press("Escape")
+        page.click("#rename-button")
+        checks[f"rename-{scheme}"] = axe_violations(page)
+        page.keyboard.press("Escape")
+        page.keyboard.press("u")
+        checks[f"upload-{scheme}"] = axe_violations(page)
         page.keyboard.press("Escape")
     page.goto("/collections/1")
     for scheme in ("light", "dark"):
