@@ -72,8 +72,12 @@ def test_the_shell_has_menus_panes_and_no_inline_style(client: TestClient[Any]) 
         'role="separator"',
     ):
         assert landmark in html, landmark
-    assert " style=" not in html and "<style" not in html
-    assert not re.search(r"<script(?![^>]*\bsrc=)", html)
+    indexed_document(client)
+    conversation = ask(client, "When does the canteen open?")
+    for url in ("/", f"/c/{conversation}", "/collections/1", "/documents/1/pages/1"):
+        page = client.get(url).text
+        assert " style=" not in page and "<style" not in page, url
+        assert not re.search(r"<script(?![^>]*\bsrc=)", page), url
 
 
 def test_rename_pin_filter_and_hostile_titles(client: TestClient[Any]) -> None:
