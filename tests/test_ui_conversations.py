@@ -106,7 +106,7 @@ def test_a_citation_selects_its_source_in_the_inspector(page: Any, server: Signe
 def test_document_table_sorts_filters_and_remembers_the_collection(
     page: Any, server: SignedInServer
 ) -> None:
-    server.upload("zebra-notes.md", b"# Zebra\n\nStripes, " * 50)
+    zebra = server.upload("zebra-notes.md", b"# Zebra\n\nStripes, " * 50)
     page.goto("/")
     page.click("#library a[data-collection-link]")
     page.wait_for_url("**/collections/*")
@@ -136,3 +136,19 @@ def test_document_table_sorts_filters_and_remembers_the_collection(
     assert page.locator("th.col-size").get_attribute("aria-sort") == "ascending"  # sort kept
     page.reload()
     assert page.locator("#library li.selected a").get_attribute("data-collection-link") == "1"
+
+    row = page.locator(f"#document-{zebra}")
+    with page.expect_download() as download:
+        row.locator("a[download]").click()
+    assert Path(download.value.path()).read_bytes() == b"# Zebra\n\nStripes, " * 50
+    before = server.get(f"/api/documents/{zebra}").json()["updated_at"]
+    with page.expect_response(lambda r: r.url.endswith(f"/ui/documents/{zebra}/reingest")) as sent:
+        row.locator("button[aria-label^='Re-ingest']").click()
+    assert sent.value.status == 200
+    page.wait_for_selector(f"#document-{zebra}[data-status=indexed]", timeout=10_000)
+    again = server.get(f"/api/documents/{zebra}").json()
+    assert again["updated_at"] > before and again["chunks"] >= 1
+    page.once("dialog", lambda dialog: dialog.accept())  # "Delete this document…?"
+    row.locator("button[aria-label^='Delete']").click()
+    page.wait_for_selector(f"#document-{zebra}", state="detached")
+    assert server.get(f"/api/documents/{zebra}").status_code == 404
