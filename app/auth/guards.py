@@ -106,7 +106,7 @@ async def require_principal(
     check_path_rows(
         auth, services.store, principal, connection.path_params, writing=method not in SAFE_METHODS
     )
-    if principal.key_id is not None:
+    if principal.key_id is not None and auth.keys.touch_due(principal.key_id):
         await asyncio.to_thread(auth.keys.touch, principal.key_id)
 
 

@@ -109,10 +109,14 @@ class ApiKeys:
             key_collections=api_key.collections,
         )
 
+    def touch_due(self, key_id: int) -> bool:
+        """Whether ``touch`` would write now (so callers skip the thread hop otherwise)."""
+        return time.time() - self._last_written.get(key_id, 0.0) >= LAST_USED_EVERY_S
+
     def touch(self, key_id: int) -> None:
         """Record use (at most once a minute per key: a write per request would be costly)."""
         now = time.time()
-        if now - self._last_written.get(key_id, 0.0) < LAST_USED_EVERY_S:
+        if not self.touch_due(key_id):
             return
         self._last_written[key_id] = now
         with self.db.write() as db:
