@@ -192,7 +192,7 @@ class Settings(BaseSettings):
     )
     n_batch: int = Field(512, ge=32, le=8192, description="Most tokens in one llama_decode.")
     prefill_chunk_tokens: int = Field(
-        256, ge=16, le=8192, description="Prompt tokens prefilled between two decode steps."
+        512, ge=16, le=8192, description="Prompt tokens prefilled between two decode steps."
     )
     max_waiting_requests: int = Field(
         64, ge=1, description="Queued requests per model; beyond it 503 with Retry-After."

@@ -23,7 +23,7 @@ class LocalModelConfig:
     parallel: int = 8
     kv_cells: int | None = None  # None: context_tokens * parallel / 2 (prefixes are shared)
     n_batch: int = 512
-    prefill_chunk: int = 256
+    prefill_chunk: int = 512
     n_threads: int | None = None
     n_gpu_layers: int = 0
     main_gpu: int = 0

@@ -45,7 +45,7 @@ class EngineConfig:
     name: str
     context_tokens: int = 4096  # per request: prompt + max_tokens
     max_tokens_cap: int = 2048
-    prefill_chunk: int = 256
+    prefill_chunk: int = 512
     max_waiting: int = 64
     max_waiting_tokens: int = 65536
     # llama.cpp's CPU kernels round differently with the number of rows in a batch; padding
