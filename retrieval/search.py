@@ -13,6 +13,8 @@ from retrieval.embedder import Embedder, Vectors, embed_one
 from retrieval.fusion import diversify, reciprocal_rank_fusion
 from retrieval.index import VectorIndex
 from retrieval.lexical import LexicalIndex, searchable_chunks
+from retrieval.neighbours import expand_short_hits
+from retrieval.rerank import Reranker
 from retrieval.store import DocumentStore
 from retrieval.types import Hit
 
@@ -27,6 +29,8 @@ class SearchConfig:
     bm25_weight: float = 1.0
     max_per_document: int = 2  # 0 = no limit
     candidates: int = 50  # taken from each retriever before fusion (at least 4 × k)
+    expand_below_chars: int = 0  # widen hits shorter than this over their neighbours; 0 = off
+    rerank_candidates: int = 20  # fused hits a reranker (when given) reorders
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,9 @@ class Retriever:
         index: VectorIndex,
         store: DocumentStore,
         config: SearchConfig | None = None,
+        reranker: Reranker | None = None,
     ):
+        self.reranker = reranker
         self.embedder = embedder
         self.index = index
         self.store = store
@@ -97,7 +103,13 @@ class Retriever:
         if vector is not None and min_score is not None:
             cosines = self._cosines(vector, dense, lexical)
             ranked = [(i, s) for i, s in ranked if cosines.get(i, -np.inf) >= min_score]
-        hits = self._hydrate(ranked, k)
+        if self.reranker is not None:
+            depth = max(config.rerank_candidates, k)
+            candidates = self.reranker.rerank(query, self.store.hits(ranked[:depth]))
+            hits = diversify(candidates, k, config.max_per_document)
+        else:
+            hits = self._hydrate(ranked, k)
+        hits = expand_short_hits(self.store, hits, config.expand_below_chars)
         t4 = time.perf_counter()
         return SearchResult(hits, SearchTimings(t1 - t0, t2 - t1, t4 - t3, t3 - t2))
 

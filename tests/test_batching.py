@@ -1,0 +1,104 @@
+"""BatchingEmbedder: concurrent callers share forward passes, questions go before bulk."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from retrieval.batching import BatchingEmbedder
+from retrieval.embedder import HashingEmbedder, Vectors
+
+
+class SlowEmbedder(HashingEmbedder):
+    """The hashing embedder, taking ``delay`` seconds per call (a forward pass)."""
+
+    def __init__(self, delay: float = 0.0):
+        super().__init__(dimension=32)
+        self.delay = delay
+        self.fail = False
+        self.calls = 0
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        self.calls += 1
+        time.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("boom")
+        return super().embed_batch(texts)
+
+
+def call_concurrently(embedder: BatchingEmbedder, requests: list[list[str]]) -> list[Vectors]:
+    results: list[Vectors | None] = [None] * len(requests)
+
+    def one(n: int) -> None:
+        results[n] = embedder.embed_batch(requests[n])
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert all(r is not None for r in results)
+    return [r for r in results if r is not None]
+
+
+def test_concurrent_callers_share_batches_and_get_their_own_vectors() -> None:
+    inner = SlowEmbedder()
+    batching = BatchingEmbedder(inner, max_batch=16, max_wait_ms=200, query_max_texts=1)
+    questions = [[f"question number {n} about topic {n * 7}"] for n in range(8)]
+    results = call_concurrently(batching, questions)
+    assert len(inner.history) < len(questions)  # grouped: fewer forward passes than callers
+    assert sum(len(texts) for texts in inner.history) == len(questions)
+    reference = HashingEmbedder(dimension=32)
+    for texts, vectors in zip(questions, results, strict=True):
+        np.testing.assert_allclose(vectors, reference.embed_batch(texts))
+    batching.close()
+
+
+def test_bulk_is_sliced_and_a_question_goes_before_the_rest_of_it() -> None:
+    inner = SlowEmbedder(delay=0.05)
+    batching = BatchingEmbedder(inner, max_batch=4, max_wait_ms=0)
+    bulk = [f"chunk {n} of the long manual" for n in range(20)]
+    out: list[Vectors] = []
+    ingest = threading.Thread(target=lambda: out.append(batching.embed_batch(bulk)))
+    ingest.start()
+    time.sleep(0.07)  # ingestion is in its second slice
+    question = batching.embed_batch(["where is the exit?"])
+    ingest.join(10)
+    assert all(len(texts) <= 4 for texts in inner.history)
+    position = inner.history.index(["where is the exit?"])
+    assert position < len(inner.history) - 1  # served before the bulk request finished
+    reference = HashingEmbedder(dimension=32)
+    np.testing.assert_allclose(out[0], reference.embed_batch(bulk))
+    np.testing.assert_allclose(question, reference.embed_batch(["where is the exit?"]))
+    batching.close()
+
+
+def test_threads_are_set_per_kind_of_batch() -> None:
+    calls: list[int] = []
+    batching = BatchingEmbedder(
+        SlowEmbedder(), max_wait_ms=0, set_threads=calls.append, query_threads=4, bulk_threads=1
+    )
+    batching.embed_batch(["one question"])
+    batching.embed_batch(["a", "bulk", "request"])
+    batching.embed_batch(["another", "bulk"])
+    assert calls == [4, 1]  # set only when the kind changes
+    batching.close()
+
+
+def test_an_embedder_error_reaches_every_caller_of_the_batch() -> None:
+    inner = SlowEmbedder()
+    inner.fail = True
+    batching = BatchingEmbedder(inner, max_batch=2, max_wait_ms=0)
+    with pytest.raises(RuntimeError, match="boom"):
+        batching.embed_batch(["a", "b", "c", "d", "e"])
+    assert inner.calls == 1  # the rest of the failed request is dropped, not embedded
+    inner.fail = False
+    assert batching.embed_batch(["fine"]).shape == (1, 32)
+    assert batching.embed_batch([]).shape == (0, 32)
+    batching.close()
+    with pytest.raises(RuntimeError):
+        batching.embed_batch(["closed"])
