@@ -39,6 +39,7 @@ from retrieval.embedder import (
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
 from retrieval.parsers.isolated import IsolatedParser
+from retrieval.rerank import Reranker
 from retrieval.search import Retriever, SearchConfig
 from retrieval.store import DocumentStore
 from retrieval.uploads import UploadFiles
@@ -151,7 +152,7 @@ def load_models(services: Services) -> None:
 
 def _load_retrieval(services: Services) -> Retrieval:
     settings = services.settings
-    embedder = _embedder(settings)
+    embedder = _batched(settings, _embedder(settings))
     index, report = open_index(
         settings.index_dir,
         services.store,
@@ -188,9 +189,11 @@ def _load_retrieval(services: Services) -> Retrieval:
         dense_weight=settings.dense_weight,
         bm25_weight=settings.bm25_weight,
         max_per_document=settings.max_hits_per_document,
+        expand_below_chars=settings.expand_below_chars,
+        rerank_candidates=settings.rerank_candidates,
     )
     # Scoped: every search served for a request sees only collections its principal may read.
-    retriever = ScopedRetriever(embedder, index, services.store, search)
+    retriever = ScopedRetriever(embedder, index, services.store, search, _reranker(settings))
     return Retrieval(embedder, retriever, worker)
 
 
@@ -209,6 +212,37 @@ def _load_chat(services: Services, retriever: Retriever, models: Registry) -> Ch
             timeout_s=settings.request_timeout_s,
         ),
     )
+
+
+def _batched(settings: Settings, embedder: Embedder) -> Embedder:
+    """Questions and ingestion share forward passes (retrieval/batching.py)."""
+    if isinstance(embedder, HashingEmbedder):
+        return embedder  # nothing to batch: tests and demos see the fake itself
+    from retrieval.batching import BatchingEmbedder
+
+    def set_threads(count: int) -> None:
+        import torch
+
+        torch.set_num_threads(count)
+
+    return BatchingEmbedder(
+        embedder,
+        max_batch=settings.embed_batch_size,
+        max_wait_ms=settings.embed_max_wait_ms,
+        set_threads=set_threads,
+        query_threads=settings.embed_query_threads,
+        bulk_threads=settings.embed_ingest_threads,
+    )
+
+
+def _reranker(settings: Settings) -> Reranker | None:
+    if settings.reranker == "none":
+        return None
+    if settings.reranker_model is None:
+        raise ValueError("RAGDESK_RERANKER=cross-encoder needs RAGDESK_RERANKER_MODEL")
+    from retrieval.rerank import CrossEncoderReranker
+
+    return CrossEncoderReranker(settings.reranker_model)
 
 
 def _embedder(settings: Settings) -> Embedder:

@@ -110,6 +110,23 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(
         32, ge=1, le=1024, description="Chunks per embedding forward pass."
     )
+    embed_max_wait_ms: float = Field(
+        2.0,
+        ge=0,
+        le=1000,
+        description="How long a part-full embedding batch waits for more "
+        "callers (questions and ingestion share passes; questions first). 0 = no wait.",
+    )
+    embed_query_threads: int = Field(
+        0, ge=0, le=256, description="PyTorch threads for question batches (0 = default)."
+    )
+    embed_ingest_threads: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="PyTorch threads for ingestion batches (0 = default); "
+        "fewer leaves cores to chat while documents are embedded.",
+    )
     chunk_tokens: int = Field(200, ge=16, le=2048, description="Largest chunk, in embedder tokens.")
     chunk_overlap_tokens: int = Field(
         40, ge=0, le=512, description="Tokens repeated between neighbouring chunks."
@@ -142,6 +159,22 @@ class Settings(BaseSettings):
     )
     max_hits_per_document: int = Field(
         2, ge=0, le=50, description="Most sources from one document per question (0 = no limit)."
+    )
+    expand_below_chars: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="A source shorter than this is widened over the "
+        "chunks beside it on its page (0 = off).",
+    )
+    reranker: Literal["none", "cross-encoder"] = Field(
+        "none", description="Second stage reordering the fused candidates before the top k."
+    )
+    reranker_model: Path | None = Field(
+        None, description="Local sentence-transformers cross-encoder directory (never fetched)."
+    )
+    rerank_candidates: int = Field(
+        20, ge=1, le=200, description="Fused candidates the reranker reorders."
     )
     index_checkpoint_seconds: float = Field(
         5.0, ge=0.0, description="Quiet period after ingestion before the FAISS file is saved."

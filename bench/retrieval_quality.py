@@ -4,7 +4,12 @@ The corpus is 32 World Factbook country profiles (public domain, bench/data/fact
 ingested with the bundled embedder into real SQLite and FAISS files; the golden set has
 one question per line with the document and a string of the passage that answers it.
 
-    python -m bench.retrieval_quality [--json results.json]
+    python -m bench.retrieval_quality [--json results.json] [--reranker MODEL_DIR]
+
+``--reranker`` adds runs with a local sentence-transformers cross-encoder reranking the
+fused candidates (never downloaded). Runs with neighbour expansion widen short hits, so a
+hit may now contain an answer that sat in the chunk beside it: that is the point (the
+model sees it), but it is why those rows can only go up.
 """
 
 from __future__ import annotations
@@ -134,7 +139,23 @@ RUNS: list[tuple[str, SearchConfig, float | None]] = [
         SearchConfig(max_per_document=3),
         0.25,
     ),
+    ("defaults + neighbours below 200 chars", SearchConfig(expand_below_chars=200), 0.25),
+    ("defaults + neighbours below 400 chars", SearchConfig(expand_below_chars=400), 0.25),
 ]
+
+
+CROSS = "defaults + cross-encoder"
+
+
+def reranker_runs(model_dir: Path) -> list[tuple[str, SearchConfig, float | None]]:
+    return [
+        (
+            f"defaults + cross-encoder ({model_dir.name}), top {n}",
+            SearchConfig(rerank_candidates=n),
+            0.25,
+        )
+        for n in (20, 50)
+    ]
 
 
 def table(results: dict[str, dict[str, object]]) -> str:
@@ -159,15 +180,22 @@ def table(results: dict[str, dict[str, object]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--reranker", type=Path, help="a local cross-encoder model directory")
     args = parser.parse_args()
+    runs = RUNS + (reranker_runs(args.reranker) if args.reranker else [])
     questions = load_questions(DATA / "golden.jsonl")
     with tempfile.TemporaryDirectory() as tmp:
         _, store, retriever, filenames = build(Path(tmp))
         chunks = sum(d.chunk_count for d in store.list_documents())
-        results = {
-            name: evaluate(retriever, config, questions, filenames, min_score)
-            for name, config, min_score in RUNS
-        }
+        results = {}
+        cross_encoder = None
+        if args.reranker:
+            from retrieval.rerank import CrossEncoderReranker
+
+            cross_encoder = CrossEncoderReranker(args.reranker)
+        for name, config, min_score in runs:
+            retriever.reranker = cross_encoder if name.startswith(CROSS) else None
+            results[name] = evaluate(retriever, config, questions, filenames, min_score)
     print(f"{len(filenames)} documents, {chunks} chunks, {len(questions)} questions")
     print(table(results))
     if args.json:

@@ -7,7 +7,8 @@ through the wrapped embedder:
 - a request of at most ``query_max_texts`` texts is a *query* (a user's question); larger
   ones are *bulk* (ingestion). Waiting queries always go before bulk, and they are batched
   only with other queries, so their short texts are not padded to the length of chunks;
-- a bulk request is cut into ``max_batch`` slices, so a question waits for one slice of
+- a bulk request is cut into ``max_batch`` slices, longest texts first as the wrapped
+  embedders do (little padding), so a question waits for one slice of
   ingestion in flight at most, never for a whole upload;
 - a batch that is not full waits up to ``max_wait_ms`` after its oldest request for more
   callers (several users asking at once share one pass);
@@ -34,6 +35,7 @@ from retrieval.embedder import Embedder, Vectors
 class _Request:
     texts: Sequence[str]
     out: Vectors
+    order: list[int] = field(default_factory=list)  # longest first: slices pad little
     arrived: float = field(default_factory=time.monotonic)
     taken: int = 0  # texts handed to a batch so far
     left: int = 0  # texts not embedded yet
@@ -72,6 +74,7 @@ class BatchingEmbedder:
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         request = _Request(texts, np.zeros((len(texts), self.dimension), dtype=np.float32))
         request.left = len(texts)
+        request.order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
         if not texts:
             return request.out
         with self._ready:
@@ -140,7 +143,9 @@ class BatchingEmbedder:
         return parts
 
     def _embed(self, parts: list[tuple[_Request, int, int]], is_query: bool) -> None:
-        texts = [t for request, first, last in parts for t in request.texts[first:last]]
+        texts = [
+            request.texts[i] for request, first, last in parts for i in request.order[first:last]
+        ]
         threads = self._threads[is_query]
         try:
             if self._set_threads is not None and threads and threads != self._current_threads:
@@ -160,7 +165,7 @@ class BatchingEmbedder:
             return
         row = 0
         for request, first, last in parts:
-            request.out[first:last] = vectors[row : row + last - first]
+            request.out[request.order[first:last]] = vectors[row : row + last - first]
             row += last - first
             request.left -= last - first
             if request.left == 0 and request.error is None:
