@@ -73,6 +73,16 @@ class ResponseFormat(msgspec.Struct):
     json_schema: JsonSchemaSpec | None = None
 
 
+CollectionName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class RagdeskOptions(msgspec.Struct):
+    """Ragdesk's extension (the SDK's ``extra_body={"ragdesk": {...}}``): answer from the
+    documents of these collections, with citations."""
+
+    collections: Annotated[list[CollectionName], msgspec.Meta(min_length=1, max_length=100)]
+
+
 class ChatCompletionIn(Sampling, kw_only=True):
     messages: Annotated[list[MessageIn], msgspec.Meta(min_length=1, max_length=10_000)]
     max_completion_tokens: MaxTokens | None = None
@@ -80,6 +90,7 @@ class ChatCompletionIn(Sampling, kw_only=True):
     tools: list[Any] | None = None
     tool_choice: Any = None
     logit_bias: dict[str, float] | None = None
+    ragdesk: RagdeskOptions | None = None
 
 
 class CompletionIn(Sampling, kw_only=True):
@@ -116,9 +127,27 @@ class MessageOut(msgspec.Struct):
     refusal: None = None
 
 
+class CitationOut(msgspec.Struct):
+    """A source a grounded answer cites as ``[number]``; ``url`` opens the viewer there."""
+
+    number: int
+    document_id: int
+    chunk_id: int
+    title: str
+    page: int
+    start: int
+    end: int
+    snippet: str
+    url: str
+
+
+class GroundedMessageOut(MessageOut, kw_only=True):
+    citations: list[CitationOut] = msgspec.field(default_factory=list)
+
+
 class ChatChoice(msgspec.Struct):
     index: int
-    message: MessageOut
+    message: MessageOut | GroundedMessageOut
     finish_reason: str
     logprobs: None = None
 
@@ -153,6 +182,12 @@ class ChatChunk(msgspec.Struct):
     usage: UsageOut | None = None
     object: str = "chat.completion.chunk"
     system_fingerprint: None = None
+
+
+class GroundedChunk(ChatChunk, kw_only=True):
+    """The last chunk of a grounded stream carries the citations of the whole answer."""
+
+    citations: list[CitationOut] = msgspec.field(default_factory=list)
 
 
 class TextChoice(msgspec.Struct):

@@ -329,3 +329,20 @@ def m009_eval_runs_and_embedding_cache(db: sqlite_utils.Database) -> None:
             PRIMARY KEY (text_sha256, model_id)
         ) WITHOUT ROWID"""
     )
+
+
+@migration
+def m010_api_answer_sources(db: sqlite_utils.Database) -> None:
+    """The answer audit for grounded ``/v1`` answers, which are not stored as messages:
+    the passages shown per request id (``chatcmpl-…``), and to whom."""
+    db.execute(
+        """CREATE TABLE api_answer_sources (
+            request_id TEXT NOT NULL,
+            chunk_id INTEGER NOT NULL,
+            document_id INTEGER NOT NULL,
+            user_id INTEGER,
+            key_id INTEGER,
+            shown_at REAL NOT NULL,
+            PRIMARY KEY (request_id, chunk_id)
+        )"""
+    )

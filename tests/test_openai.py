@@ -51,7 +51,13 @@ def assert_openai_error(response: Any, status: int, param: str | None = None) ->
 def test_models_lists_models_aliases_and_the_embedder(api: TestClient[Any]) -> None:
     body = api.get("/v1/models").json()
     assert body["object"] == "list"
-    assert [m["id"] for m in body["data"]] == ["fake", "default", "hashing-256"]
+    assert [m["id"] for m in body["data"]] == [
+        "fake",
+        "default",
+        "hashing-256",
+        "rag",
+        "rag:default",
+    ]
     assert all(m["object"] == "model" and m["owned_by"] == "ragdesk" for m in body["data"])
     assert api.get("/v1/models/default").json()["id"] == "default"
     assert_openai_error(api.get("/v1/models/gpt-4"), 404)
@@ -364,7 +370,13 @@ def test_the_openai_sdk_works_against_the_app(api: TestClient[Any]) -> None:
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "ab"
     vectors = sdk.embeddings.create(model="hashing-256", input=["a b", "c"])  # base64 by default
     assert len(vectors.data) == 2 and len(vectors.data[0].embedding) == 256
-    assert [m.id for m in sdk.models.list()] == ["fake", "default", "hashing-256"]
+    assert [m.id for m in sdk.models.list()] == [
+        "fake",
+        "default",
+        "hashing-256",
+        "rag",
+        "rag:default",
+    ]
     with pytest.raises(openai.NotFoundError):
         sdk.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.BadRequestError, match="n=2"):

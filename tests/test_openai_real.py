@@ -4,6 +4,7 @@ with the bundled models. Generations are few and short: CPU time is scarce."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -159,3 +160,39 @@ def test_plain_httpx_stream(real_server: ServerProcess) -> None:
         "param",
         "code",
     }
+
+
+def test_grounded_answer_through_the_sdk(sdk: openai.OpenAI, real_server: ServerProcess) -> None:
+    """``rag:<collection>``: the answer comes with citations pointing at the document."""
+    text = b"# Bicycle policy\n\nStaff bicycles are parked in the basement garage, level minus two."
+    files = [("file", ("bicycles.md", text))]
+    uploaded = http.post(f"{real_server.url}/api/documents", files=files, timeout=60)
+    assert uploaded.status_code == 201, uploaded.text
+    document_id = uploaded.json()["documents"][0]["id"]
+    for _ in range(600):
+        status = http.get(f"{real_server.url}/api/documents/{document_id}").json()["status"]
+        if status in ("indexed", "failed"):
+            break
+        time.sleep(0.1)
+    assert status == "indexed"
+    assert "rag:default" in {m.id for m in sdk.models.list()}
+    question = [{"role": "user", "content": "Where are staff bicycles parked?"}]
+    reply = sdk.chat.completions.create(
+        model="rag:default", messages=question, max_tokens=24, temperature=0
+    )
+    message = reply.model_dump()["choices"][0]["message"]
+    assert reply.model == GEMMA and message["content"].strip()
+    # Extra fields survive the SDK's models: the citations of the [n] markers it wrote.
+    assert isinstance(message["citations"], list)
+    for citation in message["citations"]:
+        assert citation["url"].startswith(f"/documents/{citation['document_id']}/pages/")
+    stream = sdk.chat.completions.create(
+        model="default",
+        messages=question,
+        max_tokens=16,
+        temperature=0,
+        stream=True,
+        extra_body={"ragdesk": {"collections": ["default"]}},
+    )
+    received = [c.model_dump() for c in stream]
+    assert "citations" in received[-1] and received[-1]["choices"][0]["finish_reason"]

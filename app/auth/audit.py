@@ -43,6 +43,34 @@ class Audit:
             )
         return len(rows)
 
+    def record_request(
+        self, principal: Principal, request_id: str, shown: list[tuple[int, int]]
+    ) -> int:
+        """Record the passages shown to the model for a grounded ``/v1`` answer (which is
+        not stored as a message), under its response id: ``shown`` holds (chunk id, document
+        id) pairs. Returns how many."""
+        now = time.time()
+        rows = [
+            (request_id, chunk_id, document_id, principal.user.id, principal.key_id, now)
+            for chunk_id, document_id in shown
+        ]
+        with self.db.write() as db:
+            db.conn.executemany(
+                "INSERT OR IGNORE INTO api_answer_sources"
+                " (request_id, chunk_id, document_id, user_id, key_id, shown_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return len(rows)
+
+    def shown_by_request(self, request_id: str) -> list[tuple[int, int, int | None]]:
+        """(chunk id, document id, user id) of what a ``/v1`` answer was shown."""
+        rows = self.db.read().execute(
+            "SELECT chunk_id, document_id, user_id FROM api_answer_sources WHERE request_id = ?",
+            [request_id],
+        )
+        return [(int(r["chunk_id"]), int(r["document_id"]), r["user_id"]) for r in rows]
+
     def shown(self, *, user_id: int | None = None) -> list[ShownChunk]:
         where, params = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
         rows = self.db.read().execute(

@@ -21,6 +21,7 @@ from litestar.response.sse import ServerSentEventMessage
 from app.deps import provide_services
 from app.openai_errors import OpenAIError, error_body, openai_error_handler
 from app.openai_generation import FINISH_REASONS, Started, collect, failed, start, usage_out
+from app.openai_grounded import grounded_completion, is_grounded, rag_model_names
 from app.openai_schemas import (
     ChatChoice,
     ChatChunk,
@@ -63,16 +64,18 @@ def _models(services: Services) -> list[ModelOut]:
     names = [*models.names, *sorted(set(models.aliases) - set(models.names))]
     if services.retrieval is not None:
         names.append(embedding_model_name(services))
+        names += rag_model_names(services)
     return [ModelOut(name, _STARTED) for name in names]
 
 
-@get("/models", sync_to_thread=False)
+@get("/models", sync_to_thread=True)
 def list_models(services: Services) -> ModelList:
-    """Registered models and aliases (and the embedding model, once loaded)."""
+    """Registered models and aliases (and the embedding model, once loaded), and the
+    grounded ``rag`` / ``rag:<collection>`` for the collections the caller may read."""
     return ModelList(_models(services))
 
 
-@get("/models/{model_id:str}", sync_to_thread=False)
+@get("/models/{model_id:str}", sync_to_thread=True)
 def retrieve_model(model_id: str, services: Services) -> ModelOut:
     for model in _models(services):
         if model.id == model_id:
@@ -84,6 +87,8 @@ def retrieve_model(model_id: str, services: Services) -> ModelOut:
 async def chat_completions(data: ChatCompletionIn, services: Services) -> Response[Any]:
     refuse_unsupported(data, tools=data.tools, logit_bias=data.logit_bias)
     messages = chat_messages(data.messages)
+    if is_grounded(data):
+        return await grounded_completion(data, messages, services)
     started = await start(
         services,
         data,

@@ -1,0 +1,140 @@
+"""Grounded answers through ``/v1/chat/completions`` with the fake backend: ``rag`` models
+and the ``ragdesk`` body field, numbered sources in the prompt, citations, scoping."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from app.chat import NOTHING_FOUND
+from tests.conftest import add_key, fake_model, upload, wait_for, wait_indexed
+from tests.test_openai import assert_openai_error, chunks
+from tests.test_permissions import CANARY, SHARED, sign_in_as, two_teams  # noqa: F401
+
+HANDBOOK = b"# Travel\n\nThe meal allowance abroad is 40 euros per day. Receipts go to finance.\n"
+
+
+@pytest.fixture
+def api(client: TestClient[Any]) -> TestClient[Any]:
+    wait_for(lambda: client.get("/health/ready").status_code == 200)
+    document = upload(client, ("travel.md", HANDBOOK)).json()["documents"][0]
+    assert wait_indexed(client, document["id"])["status"] == "indexed"
+    client.headers["Authorization"] = f"Bearer {add_key(client)}"
+    return client
+
+
+def ask(api: TestClient[Any], question: str, **body: Any) -> Any:
+    messages = body.pop("messages", [])
+    payload = {"model": "rag", "messages": [*messages, {"role": "user", "content": question}]}
+    return api.post("/v1/chat/completions", json={**payload, **body})
+
+
+def test_rag_model_answers_from_numbered_sources_with_citations(api: TestClient[Any]) -> None:
+    model = fake_model(api)
+    model.enqueue([" The allowance is 40 euros", " per day [1]."])
+    history = [
+        {"role": "system", "content": "ignored"},
+        {"role": "user", "content": "Hello?"},
+        {"role": "assistant", "content": "Hi."},
+    ]
+    response = ask(api, "What is the meal allowance abroad?", messages=history)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    message = body["choices"][0]["message"]
+    assert message["content"] == "The allowance is 40 euros per day [1]."
+    assert body["model"] == "fake" and body["id"].startswith("chatcmpl-")
+    [citation] = message["citations"]
+    assert citation["number"] == 1 and citation["title"] and citation["page"] == 1
+    assert "40 euros" in citation["snippet"] and citation["end"] > citation["start"]
+    assert citation["url"].startswith(
+        f"/documents/{citation['document_id']}/pages/1?chunk={citation['chunk_id']}"
+    )
+    prompt = model.history[-1].prompt
+    assert "[1] " in prompt and "meal allowance abroad is 40 euros" in prompt
+    assert prompt.rstrip().endswith("Question: What is the meal allowance abroad?\nAnswer:")
+    assert "Question: Hello?\nAnswer:\nHi." in prompt  # history: a turn without sources
+    assert "ignored" not in prompt
+    # The audit holds what the model was shown, under the response id.
+    shown = api.app.state.services.auth.audit.shown_by_request(body["id"])
+    assert {chunk for chunk, _, _ in shown} == {citation["chunk_id"]}
+
+
+def test_streamed_grounded_answer_ends_with_citations(api: TestClient[Any]) -> None:
+    fake_model(api).enqueue([" 40 euros", " a day [1]."])
+    response = ask(
+        api,
+        "meal allowance abroad?",
+        model="default",
+        ragdesk={"collections": ["default"]},
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    received = chunks(response)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in received if c["choices"])
+    assert text == "40 euros a day [1]."
+    last = [c for c in received if c["choices"] and c["choices"][0]["finish_reason"]][-1]
+    assert [c["number"] for c in last["citations"]] == [1]
+    assert received[-1]["usage"]["completion_tokens"] == 2
+
+
+def test_no_relevant_source_answers_without_the_model(api: TestClient[Any]) -> None:
+    before = len(fake_model(api).history)
+    response = ask(api, "zzzz qqqq xxxx")
+    assert response.status_code == 200
+    message = response.json()["choices"][0]["message"]
+    assert message == {
+        "content": NOTHING_FOUND,
+        "role": "assistant",
+        "refusal": None,
+        "citations": [],
+    }
+    streamed = chunks(ask(api, "zzzz qqqq xxxx", stream=True))
+    assert NOTHING_FOUND in json.dumps(streamed) and streamed[-1]["citations"] == []
+    assert len(fake_model(api).history) == before
+
+
+def test_bad_grounded_requests_are_openai_4xx(api: TestClient[Any]) -> None:
+    assert_openai_error(ask(api, "x", model="rag:nope"), 404, "model")
+    unknown = ask(api, "x", ragdesk={"collections": ["nope"]})
+    assert_openai_error(unknown, 404, "ragdesk.collections")
+    assert_openai_error(ask(api, "x", ragdesk={"collections": []}), 400)
+    assert_openai_error(ask(api, "x", ragdesk={"collections": "default"}), 400)
+    trailing = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    reply = api.post("/v1/chat/completions", json={"model": "rag", "messages": trailing})
+    assert_openai_error(reply, 400, "messages")
+    assert_openai_error(ask(api, "x" * 5000), 400, "messages")
+
+
+def test_models_list_rag_per_readable_collection(api: TestClient[Any]) -> None:
+    ids = [m["id"] for m in api.get("/v1/models").json()["data"]]
+    assert ids[-2:] == ["rag", "rag:default"]
+    assert api.get("/v1/models/rag:default").json()["id"] == "rag:default"
+
+
+def test_the_canary_never_reaches_a_grounded_v1_answer(
+    client: TestClient[Any],
+    two_teams: dict[str, Any],  # noqa: F811
+) -> None:
+    model = fake_model(client)
+    sign_in_as(client, "ann")
+    client.cookies.clear()
+    client.headers["Authorization"] = f"Bearer {add_key(client, 'ann')}"
+    ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
+    assert "rag:team-a" in ids and "rag:team-b" not in ids
+    assert_openai_error(ask(client, "secret soup?", model="rag:team-b"), 404, "model")
+    b_field = ask(client, "secret soup?", ragdesk={"collections": ["team-a", "team-b"]})
+    assert_openai_error(b_field, 404, "ragdesk.collections")
+    for body in ({"model": "rag"}, {"model": "default", "ragdesk": {"collections": ["team-a"]}}):
+        before = len(model.history)
+        model.enqueue([" Soup [1] [2]."])
+        reply = ask(client, "What is the secret soup?", **body)
+        assert reply.status_code == 200, reply.text
+        prompts = " ".join(r.prompt for r in model.history[before:])
+        assert SHARED.split()[1] in prompts and CANARY not in prompts
+        citations = reply.json()["choices"][0]["message"]["citations"]
+        assert citations and {c["document_id"] for c in citations} == {two_teams["a_doc"]}
+        shown = client.app.state.services.auth.audit.shown_by_request(reply.json()["id"])
+        assert {document for _, document, _ in shown} == {two_teams["a_doc"]}
