@@ -27,6 +27,10 @@ class Citation:
     def url(self) -> str:
         return f"/documents/{self.document_id}/pages/{self.page}?chunk={self.chunk_id}#passage"
 
+    def url_in(self, answer_id: int) -> str:
+        """The viewer link that also steps through the other citations of answer ``answer_id``."""
+        return self.url.replace("#passage", f"&answer={answer_id}#passage")
+
 
 @dataclass(frozen=True)
 class ShownSource:

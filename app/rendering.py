@@ -13,7 +13,9 @@ from app.stopping import STOPPED
 
 def render_answer(message: Message) -> Markup:
     """The answer's markdown as sanitised HTML, each valid ``[n]`` linked to its passage."""
-    cite = {c.number: (c.url, f"{c.title}, page {c.page}") for c in message.citations}
+    cite = {
+        c.number: (c.url_in(message.id), f"{c.title}, page {c.page}") for c in message.citations
+    }
     return render_markdown(message.content, cite, stopped_marker=STOPPED)
 
 

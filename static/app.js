@@ -39,7 +39,13 @@
     "k": function () { goToConversation(-1); },
     "b": function () { window.ragdeskTogglePane("sidebar"); },
     "i": function () { window.ragdeskTogglePane("inspector"); },
+    "[": function () { follow("#citation-prev"); },
+    "]": function () { follow("#citation-next"); },
   };
+  function follow(selector) {  // the viewer's Previous / Next citation links
+    var link = $(selector);
+    if (link) { window.location.href = link.getAttribute("href"); }
+  }
   // Next (j) and previous (k) conversation, in the sidebar's order.
   function goToConversation(step) {
     var links = Array.prototype.slice.call(document.querySelectorAll("#conversation-list a[href^='/c/']"));
@@ -84,6 +90,56 @@
   document.addEventListener("htmx:sseMessage", function () {
     var messages = $("#messages");
     if (messages) { messages.scrollTop = messages.scrollHeight; }
+  });
+
+  // The status bar's upload badge: files being sent, then processed, still counted after the
+  // dialog is closed (each row in it polls its own status); a click reopens the dialog. When
+  // all are indexed or failed it shows the result for a few seconds, then hides.
+  var sending = 0, badgeTimer = null;
+  function updateUploadBadge() {
+    var badge = $("#upload-badge");
+    if (!badge) { return; }
+    var rows = document.querySelectorAll("#upload-rows .upload-row:not([data-reported])");
+    var processing = 0, indexed = 0, failed = 0;
+    Array.prototype.forEach.call(rows, function (row) {
+      var status = row.dataset.status;
+      if (status === "indexed") { indexed++; }
+      else if (status === "failed" || status === "rejected") { failed++; }
+      else { processing++; }
+    });
+    var busy = [];
+    if (sending) { busy.push("Uploading " + sending); }
+    if (processing) { busy.push("Processing " + processing); }
+    if (busy.length) {
+      window.clearTimeout(badgeTimer);
+      badge.dataset.state = "busy";
+      badge.textContent = busy.join(" · ");
+      badge.hidden = false;
+      return;
+    }
+    if (badge.dataset.state !== "busy") { return; }
+    if (!indexed && !failed) { badge.hidden = true; badge.dataset.state = ""; return; }  // refused
+    badge.dataset.state = failed ? "failed" : "done";
+    badge.textContent = "Uploads done: " + indexed + " indexed" + (failed ? " · " + failed + " failed" : "");
+    Array.prototype.forEach.call(rows, function (row) { row.dataset.reported = ""; });
+    badgeTimer = window.setTimeout(function () { badge.hidden = true; }, 5000);
+  }
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var input = $("#upload-input");
+    if (event.detail.elt.id === "upload-form" && input) {
+      sending = input.files.length;
+      updateUploadBadge();
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.elt.id === "upload-form") { sending = 0; updateUploadBadge(); }
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    var rows = $("#upload-rows");
+    if (!rows) { return; }
+    new MutationObserver(updateUploadBadge).observe(rows, {
+      childList: true, subtree: true, attributes: true, attributeFilter: ["data-status"],
+    });
   });
 
   // Upload progress (bytes sent), per request.

@@ -15,7 +15,7 @@ def message(content: str) -> Message:
 def test_markup_in_answers_is_escaped_and_citations_link() -> None:
     html = str(render_answer(message('<img src="http://evil/x.png"> says [1] and [9]')))
     assert "<img" not in html and "&lt;img" in html
-    assert '<a class="cite" href="/documents/3/pages/2?chunk=7#passage"' in html
+    assert '<a class="cite" href="/documents/3/pages/2?chunk=7&amp;answer=1#passage"' in html
     assert "[9]" in html and html.count("<a ") == 1  # no link for an uncited number
     assert "Doc &lt;b&gt;" in html
 

@@ -34,6 +34,16 @@ def require_conversation(auth: Auth, conversation_id: int | None) -> None:
         raise NotFound("no such conversation")
 
 
+def require_message(auth: Auth, message_id: int) -> None:
+    """A message named in a query string must be in a conversation the principal may see."""
+    principal = _principal()
+    if principal is None:
+        return
+    owner = auth.ownership.message_conversation(message_id)
+    if owner is None or not auth.ownership.may_see(principal, owner):
+        raise NotFound("no such answer")
+
+
 def claim(auth: Auth, conversation: Conversation) -> None:
     principal = _principal()
     if principal is not None:

@@ -11,13 +11,14 @@ from typing import Annotated, Any
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import Provide
 from litestar.enums import RequestEncodingType
-from litestar.params import Body
+from litestar.params import Body, Parameter
 from litestar.response import Redirect, ServerSentEvent, Template
 from litestar.response.sse import ServerSentEventMessage
 from msgspec import Struct
 
 from app.auth.access import claim, record_answer, require_conversation
 from app.chat import ChatService, DoneEvent, TokenEvent
+from app.citation_nav import citation_nav
 from app.conversations import Message
 from app.deps import provide_chat, provide_services
 from app.errors import AppError, NotFound
@@ -41,6 +42,7 @@ class AskForm(Struct):
     conversation_id: str = ""
 
 
+OptionalRowId = Annotated[int | None, Parameter(ge=1, le=MAX_ROW_ID)]
 _ROW_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() accepts '²'
 
 
@@ -74,9 +76,15 @@ class Pages(Controller):
 
     @get("/documents/{document_id:int}/pages/{page:int}")
     async def document_page(
-        self, document_id: RowId, page: RowId, services: Services, chunk: RowId | None = None
+        self,
+        document_id: RowId,
+        page: RowId,
+        services: Services,
+        chunk: OptionalRowId = None,
+        answer: OptionalRowId = None,
     ) -> Template:
-        """The cited page, with the cited passage highlighted and scrolled into view."""
+        """The cited page, with the cited passage highlighted and scrolled into view; with
+        ``answer``, Previous/Next through that answer's other citations."""
         document = await asyncio.to_thread(services.store.get_document, document_id)
         text = await asyncio.to_thread(services.store.page_text, document_id, page)
         if document is None or text is None:
@@ -87,9 +95,20 @@ class Pages(Controller):
         body = highlight_passage(
             text, passage.start if passage else None, passage.end if passage else None
         )
+        nav = None
+        if answer is not None:
+            nav = await asyncio.to_thread(
+                citation_nav, services, answer, document_id, page, chunk if passage else None
+            )
         return Template(
             "document.html",
-            context={"document": document, "page": page, "body": body, "passage": passage},
+            context={
+                "document": document,
+                "page": page,
+                "body": body,
+                "passage": passage,
+                "nav": nav,
+            },
         )
 
 
