@@ -20,6 +20,8 @@ from app.errors import handle_error
 from app.metrics import metrics_endpoint
 from app.rendering import render_answer
 from app.routes.api import ChatApi, DocumentsApi, SearchApi
+from app.routes.api_accounts import KeysApi, UsersApi
+from app.routes.api_library import CollectionsApi, ConversationsApi
 from app.routes.collections_ui import CollectionsUi
 from app.routes.completions import CompletionsApi
 from app.routes.conversations_ui import ConversationsUi
@@ -74,6 +76,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
             DocumentsApi,
             SearchApi,
             ChatApi,
+            CollectionsApi,
+            ConversationsApi,
+            UsersApi,
+            KeysApi,
             CompletionsApi,
             openai_router,
             metrics_endpoint,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from litestar.params import Parameter
@@ -125,3 +125,97 @@ class ChatDone(msgspec.Struct):
 class Health(msgspec.Struct):
     status: str
     detail: str | None = None
+
+
+# --- collections, conversations, accounts -------------------------------------------------
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+
+
+class CollectionOut(msgspec.Struct):
+    id: int
+    name: str
+    documents: int
+
+
+class CollectionList(msgspec.Struct):
+    collections: list[CollectionOut]
+
+
+class CollectionIn(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name
+
+
+class ConversationOut(msgspec.Struct):
+    id: int
+    title: str
+    created_at: float
+    updated_at: float
+
+
+class ConversationList(msgspec.Struct):
+    conversations: list[ConversationOut]
+
+
+class MessageOut(msgspec.Struct):
+    id: int
+    role: str
+    content: str
+    created_at: float
+    citations: list[CitationOut]
+
+    @classmethod
+    def of(cls, message: Message) -> MessageOut:
+        citations = [CitationOut.of(c) for c in message.citations]
+        return cls(message.id, message.role, message.content, message.created_at, citations)
+
+
+class ConversationDetail(ConversationOut):
+    messages: list[MessageOut]
+
+
+class UserOut(msgspec.Struct):
+    id: int
+    name: str
+    role: str
+    disabled: bool
+
+
+class UserList(msgspec.Struct):
+    users: list[UserOut]
+
+
+class UserIn(msgspec.Struct, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    role: Literal["admin", "staff"] = "staff"
+
+
+class UserCreated(UserOut):
+    password: str  # generated, shown this once
+
+
+class KeyOut(msgspec.Struct):
+    id: int
+    user_id: int
+    user_name: str
+    name: str
+    prefix: str
+    read_only: bool
+    collections: list[int] | None  # None: every collection the user may read
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+
+
+class KeyList(msgspec.Struct):
+    keys: list[KeyOut]
+
+
+class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
+    user: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    name: Annotated[str, msgspec.Meta(max_length=100)] = ""
+    read_only: bool = False
+    collections: Annotated[list[Name], msgspec.Meta(max_length=100)] | None = None
+
+
+class KeyCreated(KeyOut):
+    key: str  # shown this once; only its hash is kept

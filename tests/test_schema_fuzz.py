@@ -26,9 +26,9 @@ from retrieval.db import Database
 from tests.conftest import fake_settings
 from tests.server import free_port
 
-EXAMPLES_PER_OPERATION = 6
+EXAMPLES_PER_OPERATION = 4
 # Operations that would lock the test's own key or account out; the rest is fair game.
-SKIPPED = ("/revoke", "/disabled", "/account/password", "/logout", "/members/remove")
+SKIPPED = ("/revoke", "{key_id}", "/disabled", "/account/password", "/logout", "/members/remove")
 
 
 @pytest.fixture(scope="module")
@@ -96,5 +96,5 @@ def test_no_generated_request_gets_a_server_error(served: tuple[str, str]) -> No
         check()
     finally:
         assert not failures, failures
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 90  # about 20 s on the 2-core machine
     assert len({(method, path) for method, path, _ in seen}) > 0.8 * len(operations)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import Provide
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
@@ -27,6 +27,7 @@ from app.conversations import Message
 from app.deps import provide_chat, provide_retrieval, provide_services
 from app.errors import AppError, NotFound
 from app.intake import Accepted, read_files, require_all_supported, submit_all
+from app.routes.collections_ui import attachment
 from app.schemas import (
     ChatDone,
     ChatIn,
@@ -76,6 +77,19 @@ class DocumentsApi(Controller):
         if document is None:
             raise NotFound("no such document")
         return DocumentOut.of(document)
+
+    @get("/{document_id:int}/download", media_type="application/octet-stream")
+    async def download_document(self, document_id: RowId, services: Services) -> Response[bytes]:
+        """The uploaded file as it was sent, as an attachment."""
+        document = await asyncio.to_thread(services.store.get_document, document_id)
+        if document is None:
+            raise NotFound("no such document")
+        try:
+            data = await asyncio.to_thread(services.library.files.read, document.stored_name)
+        except FileNotFoundError:
+            raise NotFound("the original file is missing from disk") from None
+        disposition = {"Content-Disposition": attachment(document.filename)}
+        return Response(data, media_type="application/octet-stream", headers=disposition)
 
     @delete("/{document_id:int}", status_code=HTTP_204_NO_CONTENT)
     async def delete_document(self, document_id: RowId, services: Services) -> None:

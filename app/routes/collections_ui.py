@@ -146,11 +146,11 @@ class CollectionsUi(Controller):
         return Response(
             data,
             media_type="application/octet-stream",
-            headers={"Content-Disposition": _attachment(document.filename)},
+            headers={"Content-Disposition": attachment(document.filename)},
         )
 
 
-def _attachment(filename: str) -> str:
+def attachment(filename: str) -> str:
     """Content-Disposition with an ASCII fallback and the exact name per RFC 5987."""
     fallback = "".join(
         c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in filename
