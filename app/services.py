@@ -228,6 +228,7 @@ def _batched(settings: Settings, embedder: Embedder) -> Embedder:
     return BatchingEmbedder(
         embedder,
         max_batch=settings.embed_batch_size,
+        bulk_batch=settings.embed_ingest_batch,
         max_wait_ms=settings.embed_max_wait_ms,
         set_threads=set_threads,
         query_threads=settings.embed_query_threads,

@@ -117,6 +117,13 @@ class Settings(BaseSettings):
         description="How long a part-full embedding batch waits for more "
         "callers (questions and ingestion share passes; questions first). 0 = no wait.",
     )
+    embed_ingest_batch: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Chunks per ingestion forward pass: a question waits for one in flight at "
+        "most, so smaller means faster answers during uploads (docs/BENCHMARKS.md).",
+    )
     embed_query_threads: int = Field(
         0, ge=0, le=256, description="PyTorch threads for question batches (0 = default)."
     )

@@ -22,8 +22,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.corpus import stdlib_documents
+from retrieval.batching import BatchingEmbedder
 from retrieval.db import Database
-from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
+from retrieval.embedder import Embedder, SentenceTransformerEmbedder, bundled_embedder_dir
 from retrieval.ingest import IngestConfig, IngestWorker, embedding_text
 from retrieval.library import Library
 from retrieval.parsers.isolated import IsolatedParser
@@ -39,11 +40,27 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--documents", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--batching", action="store_true", help="through BatchingEmbedder, as the app does"
+    )
+    parser.add_argument("--bulk-batch", type=int, default=0, help="ingestion slice (batching)")
+    parser.add_argument("--ingest-threads", type=int, default=0, help="torch threads (batching)")
     args = parser.parse_args()
 
     documents = stdlib_documents(args.documents)
     embedder = SentenceTransformerEmbedder(bundled_embedder_dir(), batch_size=args.batch_size)
     embedder.embed_batch(["warm-up"] * args.batch_size)
+    if args.batching:
+        import torch
+
+        embedder = BatchingEmbedder(  # type: ignore[assignment]
+            embedder,
+            max_batch=args.batch_size,
+            bulk_batch=args.bulk_batch,
+            set_threads=torch.set_num_threads,
+            query_threads=torch.get_num_threads(),
+            bulk_threads=args.ingest_threads,
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -107,9 +124,7 @@ def main() -> None:
     print(json.dumps(result, indent=2))
 
 
-def _query_latencies(
-    embedder: SentenceTransformerEmbedder, stop: threading.Event, count: int
-) -> list[float]:
+def _query_latencies(embedder: Embedder, stop: threading.Event, count: int) -> list[float]:
     """A user's question embedded every 0.2 s: how long does it wait behind ingestion?"""
     latencies: list[float] = []
     while len(latencies) < count and not stop.is_set():

@@ -7,9 +7,9 @@ through the wrapped embedder:
 - a request of at most ``query_max_texts`` texts is a *query* (a user's question); larger
   ones are *bulk* (ingestion). Waiting queries always go before bulk, and they are batched
   only with other queries, so their short texts are not padded to the length of chunks;
-- a bulk request is cut into ``max_batch`` slices, longest texts first as the wrapped
-  embedders do (little padding), so a question waits for one slice of
-  ingestion in flight at most, never for a whole upload;
+- a bulk request is cut into slices of ``bulk_batch`` texts (default ``max_batch``),
+  longest first as the wrapped embedders do (little padding), so a question waits for
+  one slice of ingestion in flight at most, never for a whole upload;
 - a batch that is not full waits up to ``max_wait_ms`` after its oldest request for more
   callers (several users asking at once share one pass);
 - ``set_threads`` (e.g. ``torch.set_num_threads``) is called with ``query_threads`` before a
@@ -49,6 +49,7 @@ class BatchingEmbedder:
         inner: Embedder,
         *,
         max_batch: int = 32,
+        bulk_batch: int = 0,
         max_wait_ms: float = 2.0,
         query_max_texts: int = 1,
         set_threads: Callable[[int], None] | None = None,
@@ -59,6 +60,7 @@ class BatchingEmbedder:
         self.model_id = inner.model_id
         self.dimension = inner.dimension
         self.max_batch = max_batch
+        self.bulk_batch = bulk_batch or max_batch
         self.max_wait_s = max_wait_ms / 1000
         self.query_max_texts = query_max_texts
         self._set_threads = set_threads
@@ -112,14 +114,18 @@ class BatchingEmbedder:
                     return
                 self._await_more()
                 is_query = bool(self._queries)
-                parts = self._take(self._queries if is_query else self._bulk)
+                if is_query:
+                    parts = self._take(self._queries, self.max_batch)
+                else:
+                    parts = self._take(self._bulk, self.bulk_batch)
             self._embed(parts, is_query)
 
     def _await_more(self) -> None:
         """Hold a batch that is not full until ``max_wait`` after its oldest request."""
         queue = self._queries or self._bulk
         deadline = queue[0].arrived + self.max_wait_s
-        while not self._closed and _pending(queue) < self.max_batch:
+        full = self.max_batch if queue is self._queries else self.bulk_batch
+        while not self._closed and _pending(queue) < full:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -127,10 +133,9 @@ class BatchingEmbedder:
             if queue is self._bulk and self._queries:
                 return  # a question arrived: serve it now
 
-    def _take(self, queue: deque[_Request]) -> list[tuple[_Request, int, int]]:
-        """(request, first, last) slices adding up to ``max_batch`` texts at most."""
+    def _take(self, queue: deque[_Request], room: int) -> list[tuple[_Request, int, int]]:
+        """(request, first, last) slices adding up to ``room`` texts at most."""
         parts: list[tuple[_Request, int, int]] = []
-        room = self.max_batch
         while queue and room:
             request = queue[0]
             first = request.taken

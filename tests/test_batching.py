@@ -78,6 +78,17 @@ def test_bulk_is_sliced_and_a_question_goes_before_the_rest_of_it() -> None:
     batching.close()
 
 
+def test_bulk_slices_can_be_smaller_than_question_batches() -> None:
+    inner = SlowEmbedder()
+    batching = BatchingEmbedder(inner, max_batch=8, bulk_batch=3, max_wait_ms=0)
+    bulk = [f"text {n}" + " long" * n for n in range(7)]
+    vectors = batching.embed_batch(bulk)
+    assert [len(texts) for texts in inner.history] == [3, 3, 1]
+    assert inner.history[0][0] == bulk[-1]  # longest first
+    np.testing.assert_allclose(vectors, HashingEmbedder(dimension=32).embed_batch(bulk))
+    batching.close()
+
+
 def test_threads_are_set_per_kind_of_batch() -> None:
     calls: list[int] = []
     batching = BatchingEmbedder(
@@ -111,11 +122,14 @@ def test_the_app_wraps_real_embedders_and_builds_the_reranker_from_settings(
     from app.services import _batched, _reranker
     from app.settings import Settings
 
-    settings = Settings(data_dir=tmp_path, embed_batch_size=8, embed_max_wait_ms=5)
+    settings = Settings(
+        data_dir=tmp_path, embed_batch_size=8, embed_ingest_batch=3, embed_max_wait_ms=5
+    )
     fake = HashingEmbedder()
     assert _batched(settings, fake) is fake
     wrapped = _batched(settings, BatchingEmbedder(fake))  # any embedder but the fake
     assert isinstance(wrapped, BatchingEmbedder) and wrapped.max_batch == 8
+    assert wrapped.bulk_batch == 3
     assert wrapped.max_wait_s == pytest.approx(0.005)
     assert _reranker(settings) is None
     with pytest.raises(ValueError, match="RERANKER_MODEL"):
