@@ -45,7 +45,7 @@ def run_eval(
 def _evaluate(
     settings: Settings, db: Database, golden: Path, *, collection: str | None, k: int
 ) -> int:
-    from app.services import _embedder
+    from app.services import _embedder, _reranker
     from retrieval.eval_runs import save_run
     from retrieval.evaluation import GoldenSetError, evaluate, load_golden
     from retrieval.search import Retriever, SearchConfig
@@ -82,9 +82,11 @@ def _evaluate(
         dense_weight=settings.dense_weight,
         bm25_weight=settings.bm25_weight,
         max_per_document=settings.max_hits_per_document,
+        expand_below_chars=settings.expand_below_chars,
+        rerank_candidates=settings.rerank_candidates,
     )
     report = evaluate(
-        Retriever(embedder, index, store, config),
+        Retriever(embedder, index, store, config, _reranker(settings)),
         store,
         questions,
         k=k,
