@@ -41,7 +41,7 @@ class Sampling(msgspec.Struct, kw_only=True):
     logprobs: bool | int | None = None
     top_k: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 40
     min_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.05
-    repeat_penalty: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 1.0
+    repeat_penalty: Annotated[float, msgspec.Meta(gt=0.0, le=10.0)] = 1.0
     user: str | None = None
 
 

@@ -173,7 +173,7 @@ def build_prompt(
         new = tuple(s for s in numbered if s.key not in listed)
         refers = tuple(s.number for s in numbered if s.key in listed)
         turn = Turn(question, "", new, refers)
-        text = prompt_format.render(kept, turn)
+        text = prompt_format.render(_resolved(kept), turn)
         if count_tokens(text) <= token_budget:
             citable = {s.number: s for t in (*kept, turn) for s in t.sources}
             return Prompt(text, prompt_format.stop, turn, tuple(numbered), citable, len(kept))
@@ -186,6 +186,18 @@ def build_prompt(
             numbered[0] = replace(first, text=first.text[: len(first.text) // 2])
         else:
             raise PromptTooLong(count_tokens(text), token_budget)
+
+
+def _resolved(turns: Sequence[Turn]) -> list[Turn]:
+    """The turns with references to sources no longer in the prompt (their turn was dropped
+    to fit) removed; unchanged when nothing was dropped, so the cached prefix still matches."""
+    listed: set[int] = set()
+    out = []
+    for turn in turns:
+        refers = tuple(n for n in turn.refers if n in listed)
+        out.append(turn if refers == turn.refers else replace(turn, refers=refers))
+        listed.update(s.number for s in turn.sources)
+    return out
 
 
 class PromptTooLong(Exception):

@@ -118,6 +118,16 @@ def test_sampling_in_c_honours_stop_seed_and_max_tokens(model: LocalModel) -> No
     assert capped.reason == "length" and capped.usage.completion_tokens == 5
 
 
+def test_penalties_are_applied_in_c(model: LocalModel) -> None:
+    """A repetitive greedy continuation changes once repeats are penalised."""
+    prompt = "Repeat after me: la la la la la la la la la"
+    plain, _ = run(model, CompletionRequest(prompt, SamplingParams(16, 0)))
+    penalised = SamplingParams(16, 0, repeat_penalty=1.8, frequency_penalty=1.5)
+    text, finished = run(model, CompletionRequest(prompt, penalised))
+    assert finished.reason in ("stop", "length") and text != plain
+    assert text.count("la") < plain.count("la")
+
+
 def test_a_seed_reproduces_a_sampled_answer(invariant: LocalModel) -> None:
     """Batch-invariant mode only: elsewhere a cached prefix may round differently."""
     model = invariant

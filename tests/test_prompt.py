@@ -141,3 +141,29 @@ def test_a_chat_template_bos_is_left_to_the_tokenizer() -> None:
     text = fmt.render([], Turn("Leave?", sources=SOURCES))
     assert text.startswith("<system>Ragdesk answers") and text.endswith("<assistant>")
     assert "Question: Leave?" in text and fmt.stop == ("<eos>",)
+
+
+def test_a_kept_turn_no_longer_refers_to_a_source_whose_turn_was_dropped() -> None:
+    listed = replace(chunk(1), number=1)
+    history = [
+        Turn("first " * 30, "answer " * 30, (listed,)),
+        Turn("second", "again [1]", (), refers=(1,)),
+    ]
+    full = build_prompt(
+        CompletionFormat(),
+        question="q",
+        sources=[chunk(9)],
+        history=history,
+        token_budget=10_000,
+        count_tokens=count_words,
+    )
+    assert "Also relevant, listed above: [1]" in full.text
+    tight = build_prompt(
+        CompletionFormat(),
+        question="q",
+        sources=[chunk(9)],
+        history=history,
+        token_budget=count_words(full.text) - 40,
+        count_tokens=count_words,
+    )
+    assert tight.history_turns == 1 and "listed above" not in tight.text

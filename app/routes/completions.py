@@ -46,7 +46,7 @@ class CompletionIn(msgspec.Struct, forbid_unknown_fields=True):
     top_k: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 40
     top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.95
     min_p: Probability = 0.05
-    repeat_penalty: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 1.0
+    repeat_penalty: Annotated[float, msgspec.Meta(gt=0.0, le=10.0)] = 1.0
     frequency_penalty: Penalty = 0.0
     presence_penalty: Penalty = 0.0
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)] | None = None

@@ -303,6 +303,9 @@ class Engine:
         if slot is not None:
             slot.busy = None
             slot.last_used = time.monotonic()
+            if reason == "error":  # a failed decode may have left cells its tokens don't name
+                self.native.seq_remove(slot.seq_id)
+                slot.tokens, slot.prefilled = [], 0
             if self._disk and seq.request.cache_key and reason in ("stop", "length"):
                 state = self.native.seq_state(slot.seq_id)
                 self._disk.save(seq.request.cache_key, SavedState(list(slot.tokens), state))

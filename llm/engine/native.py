@@ -228,6 +228,7 @@ class NativeModel:
         if params.has_penalties:
             add(
                 C.llama_sampler_init_penalties(
+                    self.n_vocab,
                     params.penalty_last_n,
                     params.repeat_penalty,
                     params.frequency_penalty,
@@ -246,7 +247,9 @@ class NativeModel:
             add(C.llama_sampler_init_temp(params.temperature))
             seed = 0xFFFFFFFF if params.seed is None else params.seed & 0xFFFFFFFF
             add(C.llama_sampler_init_dist(seed))
-        return Sampler(chain, self.ctx)
+        # A grammar can take milliseconds per token over a large vocabulary: that call
+        # releases the GIL like any long one.
+        return Sampler(chain, self.ctx, keep_gil=grammar is None)
 
     def close(self) -> None:
         if self.ctx:
@@ -259,12 +262,13 @@ class NativeModel:
 class Sampler:
     """A C sampler chain for one sequence; ``sample`` reads the logits at a batch index."""
 
-    def __init__(self, chain: Any, ctx: Any):
+    def __init__(self, chain: Any, ctx: Any, *, keep_gil: bool = True):
         self._chain = chain
         self._ctx = ctx
+        self._sample = _fast.llama_sampler_sample if keep_gil else C.llama_sampler_sample
 
     def sample(self, index: int) -> int:
-        return int(_fast.llama_sampler_sample(self._chain, self._ctx, index))  # also accepts it
+        return int(self._sample(self._chain, self._ctx, index))  # also accepts the token
 
     def free(self) -> None:
         if self._chain:
