@@ -45,7 +45,8 @@ def run_eval(
 def _evaluate(
     settings: Settings, db: Database, golden: Path, *, collection: str | None, k: int
 ) -> int:
-    from app.services import _embedder, _reranker
+    from app.search_stages import reranker
+    from app.services import _embedder
     from retrieval.eval_runs import save_run
     from retrieval.evaluation import GoldenSetError, evaluate, load_golden
     from retrieval.search import Retriever, SearchConfig
@@ -86,7 +87,7 @@ def _evaluate(
         rerank_candidates=settings.rerank_candidates,
     )
     report = evaluate(
-        Retriever(embedder, index, store, config, _reranker(settings)),
+        Retriever(embedder, index, store, config, reranker(settings)),
         store,
         questions,
         k=k,

@@ -25,6 +25,7 @@ from app.conversations import Conversations
 from app.errors import NotReady
 from app.metrics import Metrics
 from app.retrieval_settings import index_spec
+from app.search_stages import batched, reranker
 from app.settings import Settings
 from llm.backend import Backend, FakeBackend
 from llm.registry import Alias, Registry
@@ -39,7 +40,6 @@ from retrieval.embedder import (
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
 from retrieval.parsers.isolated import IsolatedParser
-from retrieval.rerank import Reranker
 from retrieval.search import Retriever, SearchConfig
 from retrieval.store import DocumentStore
 from retrieval.uploads import UploadFiles
@@ -152,7 +152,7 @@ def load_models(services: Services) -> None:
 
 def _load_retrieval(services: Services) -> Retrieval:
     settings = services.settings
-    embedder = _batched(settings, _embedder(settings))
+    embedder = batched(settings, _embedder(settings))
     index, report = open_index(
         settings.index_dir,
         services.store,
@@ -193,7 +193,7 @@ def _load_retrieval(services: Services) -> Retrieval:
         rerank_candidates=settings.rerank_candidates,
     )
     # Scoped: every search served for a request sees only collections its principal may read.
-    retriever = ScopedRetriever(embedder, index, services.store, search, _reranker(settings))
+    retriever = ScopedRetriever(embedder, index, services.store, search, reranker(settings))
     return Retrieval(embedder, retriever, worker)
 
 
@@ -212,38 +212,6 @@ def _load_chat(services: Services, retriever: Retriever, models: Registry) -> Ch
             timeout_s=settings.request_timeout_s,
         ),
     )
-
-
-def _batched(settings: Settings, embedder: Embedder) -> Embedder:
-    """Questions and ingestion share forward passes (retrieval/batching.py)."""
-    if isinstance(embedder, HashingEmbedder):
-        return embedder  # nothing to batch: tests and demos see the fake itself
-    from retrieval.batching import BatchingEmbedder
-
-    def set_threads(count: int) -> None:
-        import torch
-
-        torch.set_num_threads(count)
-
-    return BatchingEmbedder(
-        embedder,
-        max_batch=settings.embed_batch_size,
-        bulk_batch=settings.embed_ingest_batch,
-        max_wait_ms=settings.embed_max_wait_ms,
-        set_threads=set_threads,
-        query_threads=settings.embed_query_threads,
-        bulk_threads=settings.embed_ingest_threads,
-    )
-
-
-def _reranker(settings: Settings) -> Reranker | None:
-    if settings.reranker == "none":
-        return None
-    if settings.reranker_model is None:
-        raise ValueError("RAGDESK_RERANKER=cross-encoder needs RAGDESK_RERANKER_MODEL")
-    from retrieval.rerank import CrossEncoderReranker
-
-    return CrossEncoderReranker(settings.reranker_model)
 
 
 def _embedder(settings: Settings) -> Embedder:

@@ -119,22 +119,22 @@ def test_an_embedder_error_reaches_every_caller_of_the_batch() -> None:
 def test_the_app_wraps_real_embedders_and_builds_the_reranker_from_settings(
     tmp_path: Path,
 ) -> None:
-    from app.services import _batched, _reranker
+    from app.search_stages import batched, reranker
     from app.settings import Settings
 
     settings = Settings(
         data_dir=tmp_path, embed_batch_size=8, embed_ingest_batch=3, embed_max_wait_ms=5
     )
     fake = HashingEmbedder()
-    assert _batched(settings, fake) is fake
-    wrapped = _batched(settings, BatchingEmbedder(fake))  # any embedder but the fake
+    assert batched(settings, fake) is fake
+    wrapped = batched(settings, BatchingEmbedder(fake))  # any embedder but the fake
     assert isinstance(wrapped, BatchingEmbedder) and wrapped.max_batch == 8
     assert wrapped.bulk_batch == 3
     assert wrapped.max_wait_s == pytest.approx(0.005)
-    assert _reranker(settings) is None
+    assert reranker(settings) is None
     with pytest.raises(ValueError, match="RERANKER_MODEL"):
-        _reranker(Settings(data_dir=tmp_path, reranker="cross-encoder"))
+        reranker(Settings(data_dir=tmp_path, reranker="cross-encoder"))
     with pytest.raises(FileNotFoundError):
-        _reranker(
+        reranker(
             Settings(data_dir=tmp_path, reranker="cross-encoder", reranker_model=tmp_path / "x")
         )

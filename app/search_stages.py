@@ -1,0 +1,39 @@
+"""Optional search stages built from Settings: the embedding batcher and the reranker."""
+
+from __future__ import annotations
+
+from app.settings import Settings
+from retrieval.embedder import Embedder, HashingEmbedder
+from retrieval.rerank import Reranker
+
+
+def batched(settings: Settings, embedder: Embedder) -> Embedder:
+    """Questions and ingestion share forward passes (retrieval/batching.py)."""
+    if isinstance(embedder, HashingEmbedder):
+        return embedder  # nothing to batch: tests and demos see the fake itself
+    from retrieval.batching import BatchingEmbedder
+
+    def set_threads(count: int) -> None:
+        import torch
+
+        torch.set_num_threads(count)
+
+    return BatchingEmbedder(
+        embedder,
+        max_batch=settings.embed_batch_size,
+        bulk_batch=settings.embed_ingest_batch,
+        max_wait_ms=settings.embed_max_wait_ms,
+        set_threads=set_threads,
+        query_threads=settings.embed_query_threads,
+        bulk_threads=settings.embed_ingest_threads,
+    )
+
+
+def reranker(settings: Settings) -> Reranker | None:
+    if settings.reranker == "none":
+        return None
+    if settings.reranker_model is None:
+        raise ValueError("RAGDESK_RERANKER=cross-encoder needs RAGDESK_RERANKER_MODEL")
+    from retrieval.rerank import CrossEncoderReranker
+
+    return CrossEncoderReranker(settings.reranker_model)
