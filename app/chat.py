@@ -138,6 +138,10 @@ class ChatService:
             else:  # the client left: keep what was said, marked as cut short
                 self._save_stopped(question, left.partial, left.context)
 
+    def is_answering(self, question_id: int) -> bool:
+        """From the moment its answer starts (retrieval included) until it is stored."""
+        return question_id in self._answering
+
     def stop(self, question_id: int) -> bool:
         """Stop generating the answer to a question; False when none is being generated."""
         if question_id not in self._answering:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -199,16 +200,21 @@ class Conversations:
         ]
 
     # --- managing conversations from the UI (rename, pin, delete, edit, regenerate) ---------
-    def listing(self, query: str = "", limit: int = 200) -> list[tuple[Conversation, bool]]:
+    def listing(
+        self, query: str = "", limit: int = 200, only: Collection[int] | None = None
+    ) -> list[tuple[Conversation, bool]]:
         """Conversations with their pinned flag, pinned first, then most recent; ``query``
-        keeps those whose title contains it (case-insensitive, taken literally)."""
+        keeps those whose title contains it (case-insensitive, taken literally); ``only``
+        keeps those ids (filtered before the limit)."""
         pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        ids = None if only is None else json.dumps(sorted(only))
         rows = self.db.read().query(
             "SELECT c.*, p.pinned_at IS NOT NULL AS pinned FROM conversations c"
             " LEFT JOIN conversation_pins p ON p.conversation_id = c.id"
             " WHERE c.title LIKE ? ESCAPE '\\'"
+            " AND (? IS NULL OR c.id IN (SELECT value FROM json_each(?)))"
             " ORDER BY pinned DESC, c.updated_at DESC LIMIT ?",
-            [pattern, limit],
+            [pattern, ids, ids, limit],
         )
         return [(Conversation(**_fields(row)), bool(row["pinned"])) for row in rows]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from app.auth.access import readable_collections, visible_conversations
+from app.auth.access import readable_collections, visible_conversation_ids
 from app.conversations import Conversation
 from app.services import Services
 
@@ -44,9 +44,8 @@ def _age_label(today: date, timestamp: float) -> str:
 
 
 def conversation_list_context(services: Services, query: str = "") -> dict[str, Any]:
-    listing = visible_conversations(
-        services.auth, services.conversations.listing(query, CONVERSATION_LIMIT)
-    )
+    only = visible_conversation_ids(services.auth)
+    listing = services.conversations.listing(query, CONVERSATION_LIMIT, only)
     return {"groups": group_conversations(listing), "query": query}
 
 

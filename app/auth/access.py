@@ -50,14 +50,11 @@ def claim(auth: Auth, conversation: Conversation) -> None:
         auth.ownership.claim(conversation.id, principal.user.id)
 
 
-def visible_conversations(
-    auth: Auth, listing: list[tuple[Conversation, bool]]
-) -> list[tuple[Conversation, bool]]:
+def visible_conversation_ids(auth: Auth) -> frozenset[int] | None:
+    """The conversations the caller may see, for filtering a listing in SQL (before its
+    limit); None outside a request."""
     principal = _principal()
-    if principal is None:
-        return listing
-    visible = auth.ownership.visible_ids(principal)
-    return [item for item in listing if item[0].id in visible]
+    return None if principal is None else auth.ownership.visible_ids(principal)
 
 
 def readable_documents(documents: Iterable[DocumentRecord]) -> list[DocumentRecord]:

@@ -84,7 +84,7 @@ class AccountPages(Controller):
         context = await asyncio.to_thread(account_context, request)
         return Template("account.html", context=context)
 
-    @post("/account/keys", status_code=200)
+    @post("/account/keys", status_code=200, opt={"account": True})
     async def create_key(self, request: Request[Any, Any, Any]) -> Template:
         """A key for oneself, limited to collections one may read; shown once."""
         form = await request.form()
@@ -103,7 +103,7 @@ class AccountPages(Controller):
         context = await asyncio.to_thread(account_context, request, new_key=key)
         return Template("account.html", context=context)
 
-    @post("/account/password", status_code=303)
+    @post("/account/password", status_code=303, opt={"account": True})
     async def change_password(self, request: Request[Any, Any, Any]) -> Response[Any]:
         """A new password (the current one is asked again); then sign in with it."""
         form, principal, auth = await request.form(), _principal(request), auth_of(request)
@@ -117,7 +117,7 @@ class AccountPages(Controller):
             raise UnprocessableInput(str(exc)) from None
         return Redirect("/login", status_code=303)  # every session of the user has ended
 
-    @post("/account/keys/{key_id:int}/revoke", status_code=303)
+    @post("/account/keys/{key_id:int}/revoke", status_code=303, opt={"account": True})
     async def revoke_key(self, request: Request[Any, Any, Any], key_id: int) -> Redirect:
         user_id = _principal(request).user.id
         if not await asyncio.to_thread(auth_of(request).keys.revoke, key_id, user_id):

@@ -96,8 +96,10 @@ async def require_principal(
     if principal.via_session and method not in SAFE_METHODS:
         check_same_origin(connection)
         await check_csrf(connection, principal)
-    if handler.opt.get("admin") and not principal.is_admin:
-        raise Forbidden("this needs the admin role")
+    if handler.opt.get("admin") and (not principal.is_admin or principal.restricted):
+        raise Forbidden("this needs the admin role (and no read-only or collection-limited key)")
+    if handler.opt.get("account") and not principal.via_session:
+        raise Forbidden("keys and passwords are managed from a signed-in session, not with a key")
     if connection.url.path.startswith(API_PREFIXES) or method not in SAFE_METHODS:
         wait = auth.buckets.take(principal.rate_key)
         if wait > 0:

@@ -29,13 +29,15 @@ class Ownership:
             )
             .fetchone()
         )
-        if row is None:
+        if row is None or principal.restricted:
             return False
         owner = row[1]
         return owner == principal.user.id or (owner is None and principal.is_admin)
 
     def visible_ids(self, principal: Principal) -> frozenset[int]:
         """Ids of the conversations ``principal`` may see (for filtering listings)."""
+        if principal.restricted:
+            return frozenset()
         sql = "SELECT conversation_id FROM conversation_owners WHERE user_id = ?"
         if principal.is_admin:
             sql = (

@@ -44,5 +44,11 @@ class Principal:
         return self.key_id is None
 
     @property
+    def restricted(self) -> bool:
+        """A read-only or collection-limited key: it may not administer, manage keys or
+        see the user's stored conversations (whose answers cite any of their collections)."""
+        return self.key_id is not None and (self.read_only or self.key_collections is not None)
+
+    @property
     def rate_key(self) -> str:
         return f"key:{self.key_id}" if self.key_id is not None else f"user:{self.user.id}"

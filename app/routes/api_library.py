@@ -9,7 +9,7 @@ from litestar import Controller, delete, get, post
 from litestar.di import Provide
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.auth.access import readable_collections, visible_conversations
+from app.auth.access import readable_collections, visible_conversation_ids
 from app.auth.admin_routes import ADMIN
 from app.chat import ChatService
 from app.deps import provide_chat, provide_services
@@ -64,8 +64,8 @@ class ConversationsApi(Controller):
     @get()
     async def list_conversations(self, services: Services) -> ConversationList:
         """The caller's conversations, most recent first."""
-        listing = await asyncio.to_thread(services.conversations.listing)
-        visible = await asyncio.to_thread(visible_conversations, services.auth, listing)
+        only = await asyncio.to_thread(visible_conversation_ids, services.auth)
+        visible = await asyncio.to_thread(services.conversations.listing, "", 200, only)
         return ConversationList(
             [ConversationOut(c.id, c.title, c.created_at, c.updated_at) for c, _ in visible]
         )
@@ -89,7 +89,7 @@ class ConversationsApi(Controller):
         self, conversation_id: RowId, services: Services, chat: ChatService
     ) -> None:
         messages = await asyncio.to_thread(services.conversations.messages, conversation_id)
-        if messages and messages[-1].role == "user" and chat.running.is_running(messages[-1].id):
+        if messages and messages[-1].role == "user" and chat.is_answering(messages[-1].id):
             raise Conflict("an answer is being written: stop it first")
         if not await asyncio.to_thread(services.conversations.delete, conversation_id):
             raise NotFound("no such conversation")

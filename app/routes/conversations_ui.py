@@ -55,7 +55,7 @@ def _conversation(services: Services, conversation_id: int) -> Conversation:
 
 def _require_idle(chat: ChatService, messages: list[Message]) -> None:
     """Changing history while an answer is being written would race its storage."""
-    if messages and messages[-1].role == "user" and chat.running.is_running(messages[-1].id):
+    if messages and messages[-1].role == "user" and chat.is_answering(messages[-1].id):
         raise Conflict("an answer is being written: stop it first")
 
 
