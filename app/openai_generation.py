@@ -8,7 +8,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
+from litestar import Request
+
+from app.disconnect import cancel_on_disconnect
 from app.openai_errors import OpenAIError
 from app.openai_schemas import PromptTokensDetails, ResponseFormat, Sampling, UsageOut
 from app.services import Services
@@ -142,13 +146,15 @@ def failed(event: Finished) -> OpenAIError:
     return OpenAIError(f"generation failed: {event.error or 'unknown error'}", status=500)
 
 
-async def collect(started: Started) -> tuple[str, Finished]:
+async def collect(started: Started, request: Request[Any, Any, Any]) -> tuple[str, Finished]:
+    """The whole answer; generation stops if the client hangs up meanwhile."""
     parts: list[str] = []
-    async for event in started.events():
-        if isinstance(event, TextDelta):
-            parts.append(event.text)
-        elif event.reason == "error":
-            raise failed(event)
-        else:
-            return "".join(parts), event
+    async with cancel_on_disconnect(request, started.completion):
+        async for event in started.events():
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            elif event.reason == "error":
+                raise failed(event)
+            else:
+                return "".join(parts), event
     raise AssertionError("a completion always ends with Finished")

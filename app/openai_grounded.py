@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from litestar import MediaType, Response
+from litestar import MediaType, Request, Response
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
@@ -158,7 +158,10 @@ def _citation(number: int, hit: Hit) -> CitationOut:
 
 
 async def grounded_completion(
-    data: ChatCompletionIn, messages: list[ChatMessage], services: Services
+    data: ChatCompletionIn,
+    messages: list[ChatMessage],
+    services: Services,
+    request: Request[Any, Any, Any],
 ) -> Response[Any]:
     chat = services.require_chat()
     ids = await asyncio.to_thread(_collection_ids, services, data)
@@ -187,7 +190,7 @@ async def grounded_completion(
     if data.stream:
         usage = data.stream_options is not None and data.stream_options.include_usage
         return ServerSentEvent(_chunks(started, grounding, include_usage=usage))
-    text, done = await collect(started)
+    text, done = await collect(started, request)
     answer, citations = grounding.cite(text)
     message = GroundedMessageOut(answer, citations=citations)
     choice = ChatChoice(0, message, FINISH_REASONS[done.reason])

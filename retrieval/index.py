@@ -127,8 +127,8 @@ class FaissIndex:
                 return []
             selector = self._faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
         # ``selector`` stays referenced until the search returns
-        params = search_params(self._index, selector, self.spec.nprobe)
-        with self._lock:
+        with self._lock:  # params fit the index's type, which a take-over may change
+            params = search_params(self._index, selector, self.spec.nprobe)
             if self._index.ntotal == 0:
                 return []
             searcher = self._index if selector is not None else self._searcher()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.server import ServerProcess, http
@@ -48,5 +49,27 @@ def test_leaving_a_stream_cancels_generation(slow_server: ServerProcess) -> None
                 break  # the client goes away after the first word
     left_at = time.monotonic()
     while running(url) != 0:  # left running, it would take 2.5 s more
+        assert time.monotonic() - left_at < 1.0, "the generation kept running"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("path", "payload"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 6}),
+        ("/api/completions", {"prompt": "hi", "max_tokens": 6}),
+    ],
+)
+def test_leaving_before_a_whole_answer_cancels_generation(
+    slow_server: ServerProcess, path: str, payload: dict[str, object]
+) -> None:
+    """Non-streamed: nothing is written until the end, so the server watches for the
+    client's disconnect instead."""
+    url = slow_server.url
+    with pytest.raises(httpx.TimeoutException):
+        http.post(f"{url}{path}", json={**payload, "stream": False}, timeout=0.8)
+    left_at = time.monotonic()
+    while running(url) != 0:  # left running, it would take ~2 s more
         assert time.monotonic() - left_at < 1.0, "the generation kept running"
         time.sleep(0.05)

@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, post
+from litestar import Controller, Request, post
 from litestar.di import Provide
 from litestar.enums import MediaType
 from litestar.response import Response, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
 from app.deps import provide_services
+from app.disconnect import cancel_on_disconnect
 from app.errors import from_engine
 from app.services import Services
 from llm.engine.channel import Completion
@@ -82,7 +83,9 @@ class CompletionsApi(Controller):
     dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
 
     @post(status_code=200)
-    async def complete(self, data: CompletionIn, services: Services) -> Response[Any]:
+    async def complete(
+        self, data: CompletionIn, services: Services, request: Request[Any, Any, Any]
+    ) -> Response[Any]:
         """Continue ``prompt``. With ``stream``: server-sent ``token`` events, then ``done``
         (model, finish reason, usage) or ``error``."""
         models = services.require_models()
@@ -98,7 +101,9 @@ class CompletionsApi(Controller):
             return ServerSentEvent(_events(completion))
         # Response[...] rather than the body's type: Litestar would stamp a plain return
         # type's media type (JSON) on the event stream too.
-        return Response(await _collect(completion), media_type=MediaType.JSON)
+        async with cancel_on_disconnect(request, completion):
+            out = await _collect(completion)
+        return Response(out, media_type=MediaType.JSON)
 
 
 def _submit(models: Registry, data: CompletionIn, deadline: float) -> Completion:

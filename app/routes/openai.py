@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-from litestar import MediaType, Response, Router, get, post
+from litestar import MediaType, Request, Response, Router, get, post
 from litestar.di import Provide
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
@@ -84,11 +84,13 @@ def retrieve_model(model_id: str, services: Services) -> ModelOut:
 
 
 @post("/chat/completions", status_code=200)
-async def chat_completions(data: ChatCompletionIn, services: Services) -> Response[Any]:
+async def chat_completions(
+    data: ChatCompletionIn, services: Services, request: Request[Any, Any, Any]
+) -> Response[Any]:
     refuse_unsupported(data, tools=data.tools, logit_bias=data.logit_bias)
     messages = chat_messages(data.messages)
     if is_grounded(data):
-        return await grounded_completion(data, messages, services)
+        return await grounded_completion(data, messages, services, request)
     started = await start(
         services,
         data,
@@ -100,7 +102,7 @@ async def chat_completions(data: ChatCompletionIn, services: Services) -> Respon
     if data.stream:
         usage = data.stream_options is not None and data.stream_options.include_usage
         return ServerSentEvent(_chat_chunks(started, include_usage=usage))
-    text, done = await collect(started)
+    text, done = await collect(started, request)
     choice = ChatChoice(0, MessageOut(text), FINISH_REASONS[done.reason])
     out = ChatCompletionOut(
         started.id, int(time.time()), done.model, [choice], usage_out(done.usage)
@@ -133,7 +135,9 @@ async def _chat_chunks(
 
 
 @post("/completions", status_code=200)
-async def completions(data: CompletionIn, services: Services) -> Response[Any]:
+async def completions(
+    data: CompletionIn, services: Services, request: Request[Any, Any, Any]
+) -> Response[Any]:
     refuse_unsupported(data, logit_bias=data.logit_bias)
     if data.echo or data.suffix or (data.best_of or 1) != 1:
         raise OpenAIError("echo, suffix and best_of are not supported", code="unsupported_value")
@@ -144,7 +148,7 @@ async def completions(data: CompletionIn, services: Services) -> Response[Any]:
     if data.stream:
         usage = data.stream_options is not None and data.stream_options.include_usage
         return ServerSentEvent(_text_chunks(started, include_usage=usage))
-    text, done = await collect(started)
+    text, done = await collect(started, request)
     choice = TextChoice(0, text, FINISH_REASONS[done.reason])
     out = TextCompletionOut(
         started.id, int(time.time()), done.model, [choice], usage_out(done.usage)
