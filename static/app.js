@@ -35,6 +35,7 @@
     "u": function () { openDialog("upload-dialog"); },
     "t": function () { var b = $("#theme-toggle"); if (b) { b.click(); } },
     "?": function () { openDialog("help-dialog"); },
+    "f": function () { findConversation(); },
     "j": function () { goToConversation(1); },
     "k": function () { goToConversation(-1); },
     "b": function () { window.ragdeskTogglePane("sidebar"); },
@@ -42,6 +43,13 @@
     "[": function () { follow("#citation-prev"); },
     "]": function () { follow("#citation-next"); },
   };
+  function findConversation() {  // the sidebar's filter box, showing the sidebar if hidden
+    var box = $("#conversation-filter");
+    if (!box) { return; }
+    if (box.offsetParent === null) { window.ragdeskTogglePane("sidebar"); }
+    box.focus();
+    box.select();
+  }
   function follow(selector) {  // the viewer's Previous / Next citation links
     var link = $(selector);
     if (link) { window.location.href = link.getAttribute("href"); }

@@ -241,6 +241,13 @@ def test_keyboard_shortcuts_and_the_help_overlay(page: Any) -> None:
     assert not page.locator("#upload-dialog").evaluate("d => d.open")
     page.locator("#question").blur()
 
+    page.keyboard.press("f")
+    assert page.evaluate("document.activeElement.id") == "conversation-filter"
+    page.keyboard.type("nut")  # typed into the filter, not taken as shortcuts
+    assert page.input_value("#conversation-filter") == "nut"
+    page.locator("#conversation-filter").fill("")
+    page.locator("#conversation-filter").blur()
+
     page.keyboard.press("u")
     assert page.locator("#upload-dialog").evaluate("d => d.open")
     page.keyboard.press("Escape")
