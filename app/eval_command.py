@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.retrieval_settings import index_spec
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -45,13 +44,12 @@ def run_eval(
 def _evaluate(
     settings: Settings, db: Database, golden: Path, *, collection: str | None, k: int
 ) -> int:
+    from app.retrieval_settings import build_embedder, open_vector_index, search_config
     from app.search_stages import reranker
-    from app.services import _embedder
     from retrieval.eval_runs import save_run
     from retrieval.evaluation import GoldenSetError, evaluate, load_golden
-    from retrieval.search import Retriever, SearchConfig
+    from retrieval.search import Retriever
     from retrieval.store import DocumentStore
-    from retrieval.vector_sync import open_index
 
     try:
         questions = load_golden(golden)
@@ -69,23 +67,9 @@ def _evaluate(
             )
             return 2
         collection_ids = found
-    embedder = _embedder(settings)
-    index, _ = open_index(
-        settings.index_dir,
-        store,
-        model_id=embedder.model_id,
-        dimension=embedder.dimension,
-        spec=index_spec(settings),
-    )
-    config = SearchConfig(
-        mode=settings.retrieval_mode,
-        rrf_k=settings.rrf_k,
-        dense_weight=settings.dense_weight,
-        bm25_weight=settings.bm25_weight,
-        max_per_document=settings.max_hits_per_document,
-        expand_below_chars=settings.expand_below_chars,
-        rerank_candidates=settings.rerank_candidates,
-    )
+    embedder = build_embedder(settings)
+    index, _ = open_vector_index(settings, store, embedder)
+    config = search_config(settings)
     report = evaluate(
         Retriever(embedder, index, store, config, reranker(settings)),
         store,

@@ -14,7 +14,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from app.retrieval_settings import index_spec
 from app.settings import Settings
 
 INTERRUPTED = 130
@@ -62,7 +61,7 @@ def run_ingest(
     settings: Settings, paths: list[Path], *, collection: str, batch_documents: int
 ) -> int:
     """Ingest ``paths`` into ``collection``; returns the process exit status."""
-    from app.services import _embedder
+    from app.retrieval_settings import build_embedder, open_vector_index
     from retrieval.bulk import BulkIngest, find_files
     from retrieval.db import Database
     from retrieval.ingest import IngestConfig, IngestWorker
@@ -70,7 +69,6 @@ def run_ingest(
     from retrieval.parsers.isolated import IsolatedParser
     from retrieval.store import DocumentStore
     from retrieval.uploads import UploadFiles
-    from retrieval.vector_sync import open_index
 
     if not collection.strip():
         print("ragdesk ingest: --collection must not be empty", file=sys.stderr)
@@ -91,14 +89,8 @@ def run_ingest(
     )
     worker: IngestWorker | None = None
     try:
-        embedder = _embedder(settings)
-        index, _ = open_index(
-            settings.index_dir,
-            store,
-            model_id=embedder.model_id,
-            dimension=embedder.dimension,
-            spec=index_spec(settings),
-        )
+        embedder = build_embedder(settings)
+        index, _ = open_vector_index(settings, store, embedder)
         worker = IngestWorker(
             store,
             library.files,

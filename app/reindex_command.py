@@ -13,12 +13,11 @@ import sys
 import time
 
 from app.ingest_command import INTERRUPTED, _raise_interrupt
-from app.retrieval_settings import index_spec
+from app.retrieval_settings import build_embedder, index_spec
 from app.settings import Settings
 
 
 def run_reindex(settings: Settings, *, batch: int) -> int:
-    from app.services import _embedder
     from retrieval.db import Database
     from retrieval.reindex import reindex
     from retrieval.store import DocumentStore
@@ -41,7 +40,7 @@ def run_reindex(settings: Settings, *, batch: int) -> int:
         sys.stderr.flush()
 
     try:
-        embedder = _embedder(settings)
+        embedder = build_embedder(settings)
         index, report = reindex(
             DocumentStore(db),
             embedder,

@@ -24,7 +24,7 @@ from app.chat import ChatConfig, ChatService
 from app.conversations import Conversations
 from app.errors import NotReady
 from app.metrics import Metrics
-from app.retrieval_settings import index_spec
+from app.retrieval_settings import build_embedder, open_vector_index, search_config
 from app.search_stages import batched, reranker
 from app.settings import Settings
 from llm.backend import Backend, FakeBackend
@@ -32,18 +32,13 @@ from llm.registry import Alias, Registry
 from retrieval.db import Database
 from retrieval.embedder import (
     Embedder,
-    HashingEmbedder,
-    SentenceTransformerEmbedder,
-    bundled_embedder_dir,
-    model_id,
 )
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
 from retrieval.parsers.isolated import IsolatedParser
-from retrieval.search import Retriever, SearchConfig
+from retrieval.search import Retriever
 from retrieval.store import DocumentStore
 from retrieval.uploads import UploadFiles
-from retrieval.vector_sync import open_index
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +147,8 @@ def load_models(services: Services) -> None:
 
 def _load_retrieval(services: Services) -> Retrieval:
     settings = services.settings
-    embedder = batched(settings, _embedder(settings))
-    index, report = open_index(
-        settings.index_dir,
-        services.store,
-        model_id=embedder.model_id,
-        dimension=embedder.dimension,
-        spec=index_spec(settings),
-    )
+    embedder = batched(settings, build_embedder(settings))
+    index, report = open_vector_index(settings, services.store, embedder)
     log.info("vector index: %d vectors (%s)", index.count, report)
     worker = IngestWorker(
         services.store,
@@ -183,15 +172,7 @@ def _load_retrieval(services: Services) -> Retrieval:
     if settings.load_samples and not services.store.has_flag("samples_loaded"):
         _submit_samples(services, settings.samples_dir)
         services.store.set_flag("samples_loaded")
-    search = SearchConfig(
-        mode=settings.retrieval_mode,
-        rrf_k=settings.rrf_k,
-        dense_weight=settings.dense_weight,
-        bm25_weight=settings.bm25_weight,
-        max_per_document=settings.max_hits_per_document,
-        expand_below_chars=settings.expand_below_chars,
-        rerank_candidates=settings.rerank_candidates,
-    )
+    search = search_config(settings)
     # Scoped: every search served for a request sees only collections its principal may read.
     retriever = ScopedRetriever(embedder, index, services.store, search, reranker(settings))
     return Retrieval(embedder, retriever, worker)
@@ -212,25 +193,6 @@ def _load_chat(services: Services, retriever: Retriever, models: Registry) -> Ch
             timeout_s=settings.request_timeout_s,
         ),
     )
-
-
-def _embedder(settings: Settings) -> Embedder:
-    if settings.embedder_backend == "fake":
-        return HashingEmbedder()
-    model_dir = settings.embedder_model or bundled_embedder_dir()
-    if settings.embedder_backend in ("onnx", "onnx-int8"):
-        from retrieval.onnx_embedder import OnnxEmbedder, export_onnx
-
-        quantize = settings.embedder_backend == "onnx-int8"
-        # fp32 ONNX gives the PyTorch vectors (to ~1e-7), so the index stays valid
-        variant = "onnx-int8" if quantize else "sentence-transformers"
-        out = settings.data_dir / "models" / f"{model_dir.name}-{settings.embedder_backend}"
-        return OnnxEmbedder(
-            export_onnx(model_dir, out, quantize=quantize),
-            model_id=model_id(model_dir, variant),
-            batch_size=settings.embed_batch_size,
-        )
-    return SentenceTransformerEmbedder(model_dir, batch_size=settings.embed_batch_size)
 
 
 def build_registry(settings: Settings, metrics: Metrics) -> Registry:

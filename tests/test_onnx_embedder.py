@@ -60,11 +60,11 @@ def test_an_export_is_reused_until_the_model_or_mode_changes(tmp_path: Path) -> 
 
 
 def test_the_app_builds_it_from_settings(tmp_path: Path) -> None:
-    from app.services import _embedder
+    from app.retrieval_settings import build_embedder
     from app.settings import Settings
 
-    fp32 = _embedder(Settings(data_dir=tmp_path, embedder_backend="onnx"))
+    fp32 = build_embedder(Settings(data_dir=tmp_path, embedder_backend="onnx"))
     assert isinstance(fp32, OnnxEmbedder)
     assert fp32.model_id == model_id(bundled_embedder_dir())  # same vectors: no re-embedding
-    int8 = _embedder(Settings(data_dir=tmp_path, embedder_backend="onnx-int8"))
+    int8 = build_embedder(Settings(data_dir=tmp_path, embedder_backend="onnx-int8"))
     assert int8.model_id.startswith("onnx-int8:")
