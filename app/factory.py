@@ -25,6 +25,7 @@ from app.routes.api_library import CollectionsApi, ConversationsApi
 from app.routes.collections_ui import CollectionsUi
 from app.routes.completions import CompletionsApi
 from app.routes.conversations_ui import ConversationsUi
+from app.routes.eval_ui import EvalPages
 from app.routes.health import live, ready
 from app.routes.openai import openai_router
 from app.routes.pages import Pages, Partials
@@ -69,6 +70,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             AuthPages,
             AccountPages,
             AdminPages,
+            EvalPages,
             Pages,
             Partials,
             ConversationsUi,
