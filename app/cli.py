@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         from app.ingest_command import run_ingest
 
         settings = _settings(data_dir=args.data_dir)
-        sys.exit(
-            run_ingest(settings, args.paths, collection=args.collection, batch_documents=args.batch)
-        )
+        with _owning(settings, "ragdesk ingest"):
+            status = run_ingest(
+                settings, args.paths, collection=args.collection, batch_documents=args.batch
+            )
+        sys.exit(status)
     elif args.command == "eval":
         from app.eval_command import run_eval
 
@@ -73,7 +76,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "reindex":
         from app.reindex_command import run_reindex
 
-        sys.exit(run_reindex(_settings(data_dir=args.data_dir), batch=args.batch))
+        settings = _settings(data_dir=args.data_dir)
+        with _owning(settings, "ragdesk reindex"):
+            status = run_reindex(settings, batch=args.batch)
+        sys.exit(status)
     elif args.command in ("users", "keys"):
         sys.exit(auth_commands.run(args))
 
@@ -82,6 +88,19 @@ def _stay_offline() -> None:
     """Models load from installed packages or local paths; never from a model hub."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@contextmanager
+def _owning(settings: Settings, holder: str) -> Iterator[None]:
+    """Hold the data directory (see retrieval.data_lock), or exit 2 saying who holds it."""
+    from retrieval.data_lock import DataDirBusy, exclusive
+
+    try:
+        with exclusive(settings.data_dir, holder):
+            yield
+    except DataDirBusy as exc:
+        print(f"ragdesk: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -107,19 +126,20 @@ def _serve(**overrides: Any) -> None:
     settings = _settings(**overrides)
     scheme = "https" if settings.tls_certfile else "http"
     print(f"Ragdesk on {scheme}://{settings.host}:{settings.port} (data in {settings.data_dir})")
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="info",
-        timeout_graceful_shutdown=10,
-        ssl_certfile=settings.tls_certfile,
-        ssl_keyfile=settings.tls_keyfile,
-        # Forwarded client address and scheme only from the proxies named in the settings
-        # (uvicorn would otherwise believe 127.0.0.1).
-        proxy_headers=bool(settings.trusted_proxies),
-        forwarded_allow_ips=settings.trusted_proxies or [],
-    )
+    with _owning(settings, f"ragdesk serve on port {settings.port}"):
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            timeout_graceful_shutdown=10,
+            ssl_certfile=settings.tls_certfile,
+            ssl_keyfile=settings.tls_keyfile,
+            # Forwarded client address and scheme only from the proxies named in the
+            # settings (uvicorn would otherwise believe 127.0.0.1).
+            proxy_headers=bool(settings.trusted_proxies),
+            forwarded_allow_ips=settings.trusted_proxies or [],
+        )
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ class BatchingEmbedder:
         self._ready = threading.Condition()
         self._worker: threading.Thread | None = None
         self._closed = False
-        self.batches: list[int] = []  # texts per forward pass, for tests and metrics
+        # texts per recent forward pass (bounded: the server runs for months)
+        self.batches: deque[int] = deque(maxlen=1024)
 
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         request = _Request(texts, np.zeros((len(texts), self.dimension), dtype=np.float32))
