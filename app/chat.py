@@ -98,11 +98,13 @@ class ChatService:
         self._answering: set[int] = set()
         self.running = RunningAnswers()  # what the Stop button can cancel
 
-    def ask(self, question: str, conversation_id: int | None) -> tuple[Conversation, Message]:
-        """Record the question (in a new conversation unless one is given)."""
+    def ask(
+        self, question: str, conversation_id: int | None, owner: int | None = None
+    ) -> tuple[Conversation, Message]:
+        """Record the question (in a new conversation of ``owner`` unless one is given)."""
         question = clean_question(question)
         if conversation_id is None:
-            conversation = self.conversations.create(question)
+            conversation = self.conversations.create(question, owner)
         elif (found := self.conversations.get(conversation_id)) is None:
             raise NotFound("no such conversation")
         else:

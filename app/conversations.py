@@ -110,14 +110,22 @@ class Conversations:
     def __init__(self, db: Database):
         self.db = db
 
-    def create(self, title: str) -> Conversation:
+    def create(self, title: str, owner: int | None = None) -> Conversation:
+        """A new conversation, and its owner (a user id) in the same transaction: one
+        without an owner is visible to admins only (those from before accounts)."""
         now = time.time()
         title = " ".join(title.split())[:80] or "New conversation"
         with self.db.write() as db:
             table = db.table("conversations").insert(
                 {"title": title, "created_at": now, "updated_at": now}
             )
-        return Conversation(int(table.last_rowid or 0), title, now, now)
+            conversation_id = int(table.last_rowid or 0)
+            if owner is not None:
+                db.execute(
+                    "INSERT INTO conversation_owners (conversation_id, user_id) VALUES (?, ?)",
+                    [conversation_id, owner],
+                )
+        return Conversation(conversation_id, title, now, now)
 
     def get(self, conversation_id: int) -> Conversation | None:
         rows = list(

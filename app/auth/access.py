@@ -11,7 +11,7 @@ from app.auth.principal import Principal
 from app.auth.resources import WriteForbidden
 from app.auth.scope import current_access
 from app.auth.service import Auth
-from app.conversations import Conversation, Message
+from app.conversations import Message
 from app.errors import NotFound
 from retrieval.records import CollectionRecord, DocumentRecord
 
@@ -44,10 +44,10 @@ def require_message(auth: Auth, message_id: int) -> None:
         raise NotFound("no such answer")
 
 
-def claim(auth: Auth, conversation: Conversation) -> None:
+def current_user_id() -> int | None:
+    """The caller's user id (the owner of conversations it starts); None outside a request."""
     principal = _principal()
-    if principal is not None:
-        auth.ownership.claim(conversation.id, principal.user.id)
+    return None if principal is None else principal.user.id
 
 
 def visible_conversation_ids(auth: Auth) -> frozenset[int] | None:

@@ -15,7 +15,7 @@ from litestar.response.sse import ServerSentEventMessage
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.auth.access import (
-    claim,
+    current_user_id,
     readable_collections,
     readable_documents,
     record_answer,
@@ -122,11 +122,9 @@ class ChatApi(Controller):
         """Server-sent events: ``token`` events carry text, ``done`` the stored answer
         with its citations, ``error`` a problem found after streaming began."""
         await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
-        conversation, question = await asyncio.to_thread(
-            chat.ask, data.message, data.conversation_id
+        _, question = await asyncio.to_thread(
+            chat.ask, data.message, data.conversation_id, current_user_id()
         )
-        if data.conversation_id is None:
-            await asyncio.to_thread(claim, services.auth, conversation)
         return ServerSentEvent(json_events(chat, question, services.auth))
 
 

@@ -16,7 +16,7 @@ from litestar.response import Redirect, ServerSentEvent, Template
 from litestar.response.sse import ServerSentEventMessage
 from msgspec import Struct
 
-from app.auth.access import claim, record_answer, require_conversation
+from app.auth.access import current_user_id, record_answer, require_conversation
 from app.chat import ChatService, DoneEvent, TokenEvent
 from app.citation_nav import citation_nav
 from app.conversations import Message
@@ -133,9 +133,9 @@ class Partials(Controller):
     ) -> Template:
         conversation_id = form_row_id(data.conversation_id)
         await asyncio.to_thread(require_conversation, services.auth, conversation_id)
-        conversation, question = await asyncio.to_thread(chat.ask, data.message, conversation_id)
-        if conversation_id is None:
-            await asyncio.to_thread(claim, services.auth, conversation)
+        conversation, question = await asyncio.to_thread(
+            chat.ask, data.message, conversation_id, current_user_id()
+        )
         return Template(
             "_turn.html",
             context={
