@@ -58,3 +58,17 @@ def test_requests_past_the_rate_get_429_with_retry_after(tmp_path: Path) -> None
         other = {"Authorization": f"Bearer {add_key(client)}"}  # another key, its own bucket
         assert client.get("/api/documents", headers=other).status_code == 200
         assert client.get("/health/live").status_code == 200  # public routes are not limited
+
+
+def test_parallel_attempts_are_counted_before_their_passwords_are_checked() -> None:
+    clock = Clock()
+    throttle = LoginThrottle(per_user=3, per_address=10, window_s=60, clock=clock)
+    # all begun before any answer: only the first three are heard
+    assert [throttle.begin("ann", "1.2.3.4") for _ in range(5)] == [0, 0, 0, 60, 60]
+    clock.now += 61
+    assert throttle.begin("ann", "1.2.3.4") == 0
+    throttle.succeeded("ann", "1.2.3.4")  # a success is not a failure, for the address too
+    assert throttle.retry_after("ann", "1.2.3.4") == 0
+    clock.now += 61
+    throttle.retry_after("x", "y")
+    assert not throttle._failures  # nothing kept for names and addresses gone quiet

@@ -69,15 +69,30 @@ class LoginThrottle:
             (f"addr:{address}", self.limits["addr"]),
         ]
 
+    def begin(self, name: str, address: str) -> int:
+        """Check and count an attempt in one step, so parallel attempts cannot all slip
+        past the limit while their passwords are being checked. Returns the seconds to
+        wait (the attempt is refused and not counted), or 0: the attempt goes ahead and
+        counts as a failure unless ``succeeded`` says otherwise."""
+        now = self.clock()
+        with self._lock:
+            wait = self._wait(name, address, now)
+            if wait == 0:
+                for key, _ in self._keys(name, address):
+                    self._failures.setdefault(key, deque()).append(now)
+            return wait
+
     def retry_after(self, name: str, address: str) -> int:
         """Seconds to wait before another attempt is heard (0: go ahead)."""
-        now = self.clock()
-        wait = 0.0
         with self._lock:
-            for key, limit in self._keys(name, address):
-                times = self._recent(key, now)
-                if len(times) >= limit:
-                    wait = max(wait, times[0] + self.window_s - now)
+            return self._wait(name, address, self.clock())
+
+    def _wait(self, name: str, address: str, now: float) -> int:
+        wait = 0.0
+        for key, limit in self._keys(name, address):
+            times = self._recent(key, now)
+            if len(times) >= limit:
+                wait = max(wait, times[0] + self.window_s - now)
         return math.ceil(wait)
 
     def delay(self, name: str, address: str) -> float:
@@ -91,14 +106,27 @@ class LoginThrottle:
         now = self.clock()
         with self._lock:
             for key, _ in self._keys(name, address):
-                self._recent(key, now).append(now)
+                self._failures.setdefault(key, deque()).append(now)
 
-    def succeeded(self, name: str) -> None:
+    def succeeded(self, name: str, address: str | None = None) -> None:
+        """The user's failures are forgiven; the address's attempt (from ``begin``) was
+        not a failure."""
         with self._lock:
             self._failures.pop(f"user:{name.lower()}", None)
+            times = self._failures.get(f"addr:{address}") if address is not None else None
+            if times:
+                times.pop()
+                if not times:
+                    del self._failures[f"addr:{address}"]
 
     def _recent(self, key: str, now: float) -> deque[float]:
-        times = self._failures.setdefault(key, deque())
+        """The key's failures still in the window; a key left with none is forgotten, so
+        the table does not grow with every name ever tried."""
+        times = self._failures.get(key)
+        if times is None:
+            return deque()
         while times and times[0] <= now - self.window_s:
             times.popleft()
+        if not times:
+            del self._failures[key]
         return times

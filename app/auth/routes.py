@@ -75,16 +75,15 @@ class AuthPages(Controller):
         auth = auth_of(request)
         name, password = data.name.strip()[:MAX_FIELD], data.password[:MAX_FIELD]
         address = _client_address(request)
-        wait = auth.logins.retry_after(name, address)
+        wait = auth.logins.begin(name, address)  # counted now: parallel guesses add up
         if wait > 0:
             raise TooManyRequests(wait, "too many failed sign-ins; try again later")
         user = await asyncio.to_thread(auth.users.authenticate, name, password) if name else None
         if user is None:
-            auth.logins.failed(name, address)
             await asyncio.sleep(auth.logins.delay(name, address))
             context = {"next": safe_next(data.next), "error": "Wrong user name or password."}
             return Template("login.html", context=context, status_code=401)
-        auth.logins.succeeded(name)
+        auth.logins.succeeded(name, address)
         token, _ = await asyncio.to_thread(auth.sessions.create, user)
         lifetime = int(auth.sessions.lifetime_s)
         return Redirect(
