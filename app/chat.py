@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 
@@ -67,11 +67,13 @@ ChatEvent = TokenEvent | DoneEvent
 
 
 @dataclass
-class _Left:
-    """What had been said when the client left mid-answer (None: it did not leave)."""
+class _Progress:
+    """One answer as it is produced: what had been said when the client left (None: it
+    did not leave), what the model was shown, and whom to tell once it is stored."""
 
     partial: str | None = None
     context: TurnContext | None = None
+    on_stored: Callable[[Message], None] | None = None  # e.g. the audit of shown sources
 
 
 def clean_question(raw: str) -> str:
@@ -111,11 +113,15 @@ class ChatService:
             conversation = found
         return conversation, self.conversations.add_question(conversation.id, question)
 
-    async def answer(self, question: Message) -> AsyncIterator[ChatEvent]:
+    async def answer(
+        self, question: Message, on_stored: Callable[[Message], None] | None = None
+    ) -> AsyncIterator[ChatEvent]:
         """Stream the answer to a recorded question, then store it with its citations.
 
         A question already answered yields its stored answer at once, so a reconnecting
-        client never triggers a second generation.
+        client never triggers a second generation. ``on_stored`` is called (in a worker
+        thread) with the answer once it is stored, however it ended: complete, stopped, or
+        cut short by a client that progress.
         """
         existing = await asyncio.to_thread(self.conversations.answer_to, question)
         if existing is not None or question.id in self._answering:
@@ -123,22 +129,22 @@ class ChatService:
                 yield DoneEvent(existing)
             return
         self._answering.add(question.id)
-        left = _Left()
+        progress = _Progress(on_stored=on_stored)
         try:
             # aclosing: the inner generator records what was said before we look below.
-            async with aclosing(self._generate(question, left)) as events:
+            async with aclosing(self._generate(question, progress)) as events:
                 async for event in events:
                     yield event
         except StopRequested:  # the Stop button: store what was said and show it at once
-            partial, left.partial = left.partial or "", None
-            stored = await self._save(question, stopped_text(partial), (), left.context)
+            partial, progress.partial = progress.partial or "", None
+            stored = await self._save(question, stopped_text(partial), (), progress)
             yield DoneEvent(stored)
         finally:
             self.running.forget(question.id)
-            if left.partial is None:
+            if progress.partial is None:
                 self._answering.discard(question.id)
             else:  # the client left: keep what was said, marked as cut short
-                self._save_stopped(question, left.partial, left.context)
+                self._save_stopped(question, progress.partial, progress)
 
     def is_answering(self, question_id: int) -> bool:
         """From the moment its answer starts (retrieval included) until it is stored."""
@@ -151,13 +157,13 @@ class ChatService:
         self.running.stop(question_id)
         return True
 
-    def _save_stopped(self, question: Message, partial: str, context: TurnContext | None) -> None:
+    def _save_stopped(self, question: Message, partial: str, progress: _Progress) -> None:
         """Store a cut-short answer without awaiting (a closing generator must not wait for
         the database); the question counts as being answered until it is stored, so a
         reconnect in between cannot start a second generation."""
         text = f"{partial} …(stopped)" if partial else "(stopped)"
         future = asyncio.get_running_loop().run_in_executor(
-            None, self.conversations.add_answer, question, text, (), context
+            None, self._store, question, text, (), progress
         )
 
         def stored(done: asyncio.Future[Message]) -> None:
@@ -167,7 +173,9 @@ class ChatService:
 
         future.add_done_callback(stored)
 
-    async def _generate(self, question: Message, left: _Left) -> AsyncGenerator[ChatEvent, None]:
+    async def _generate(
+        self, question: Message, progress: _Progress
+    ) -> AsyncGenerator[ChatEvent, None]:
         hits = await asyncio.to_thread(
             lambda: (
                 self.retriever.search(
@@ -177,7 +185,7 @@ class ChatService:
         )
         if not hits:
             yield TokenEvent(NOTHING_FOUND)
-            yield DoneEvent(await self._save(question, NOTHING_FOUND, ()))
+            yield DoneEvent(await self._save(question, NOTHING_FOUND, (), progress))
             return
         key = f"conversation:{question.conversation_id}"
         backend = await asyncio.to_thread(self.models.get, self.config.model, key)
@@ -212,13 +220,13 @@ class ChatService:
             completed = True
         finally:
             if not completed:  # the client left (leaving the loop cancelled the request)
-                left.partial = guard.text.strip()
-                left.context = _context(prompt, shown, guard.text)
+                progress.partial = guard.text.strip()
+                progress.context = _context(prompt, shown, guard.text)
         answer = attribute(guard.text.strip(), prompt.relevant)
         numbers = cited_numbers(answer, prompt.citable)
         citations = tuple(replace(shown[prompt.citable[n].key], number=n) for n in numbers)
-        context = _context(prompt, shown, guard.text)
-        yield DoneEvent(await self._save(question, answer or "(no answer)", citations, context))
+        progress.context = _context(prompt, shown, guard.text)
+        yield DoneEvent(await self._save(question, answer or "(no answer)", citations, progress))
 
     def _prompt(
         self, backend: Backend, question: Message, hits: list[Hit]
@@ -250,15 +258,17 @@ class ChatService:
         return prompt, shown
 
     async def _save(
-        self,
-        question: Message,
-        answer: str,
-        citations: tuple[Citation, ...],
-        context: TurnContext | None = None,
+        self, question: Message, answer: str, citations: tuple[Citation, ...], progress: _Progress
     ) -> Message:
-        return await asyncio.to_thread(
-            self.conversations.add_answer, question, answer, citations, context
-        )
+        return await asyncio.to_thread(self._store, question, answer, citations, progress)
+
+    def _store(
+        self, question: Message, answer: str, citations: tuple[Citation, ...], progress: _Progress
+    ) -> Message:
+        stored = self.conversations.add_answer(question, answer, citations, progress.context)
+        if progress.on_stored is not None:
+            progress.on_stored(stored)
+        return stored
 
 
 def _turn(asked: Message, answered: Message) -> Turn:

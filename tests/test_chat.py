@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.chat import NOTHING_FOUND, ChatConfig, ChatService, DoneEvent, TokenEvent
-from app.conversations import Conversations
+from app.conversations import Conversations, Message
 from app.errors import NotFound, UnprocessableInput
 from llm.backend import FakeBackend
 from llm.engine.params import Finished
@@ -111,9 +111,11 @@ def test_leaving_mid_stream_stops_generation_within_a_token(tmp_path: Path) -> N
     generator.enqueue([f"word{i} " for i in range(200)])
     chat = service(make_kit(tmp_path), generator)
 
+    told: list[Message] = []  # the audit hook hears of the stored answer all the same
+
     async def read_three_then_leave() -> None:
         _, message = chat.ask("How many days of leave?", None)
-        stream = chat.answer(message)
+        stream = chat.answer(message, on_stored=told.append)
         for _ in range(3):
             await anext(stream)
         await stream.aclose()  # what a disconnecting client does to the SSE generator
@@ -123,6 +125,8 @@ def test_leaving_mid_stream_stops_generation_within_a_token(tmp_path: Path) -> N
     stored = chat.conversations.messages(1)[-1]
     assert stored.role == "assistant" and stored.content.endswith("(stopped)")
     assert generator.produced <= 5  # the producer thread stopped, it did not run to 200
+    assert [m.id for m in told] == [stored.id]
+    assert told[0].context is not None and told[0].context.sources  # what the model saw
 
 
 def test_question_too_long_for_the_context_is_unprocessable(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ They read the request's principal from ``app.auth.scope`` (set by the guard)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from app.auth.principal import Principal
 from app.auth.resources import WriteForbidden
@@ -82,12 +82,18 @@ def require_writable(auth: Auth, collection_id: int) -> None:
         raise WriteForbidden("you may not add documents to this collection")
 
 
-def record_answer(auth: Auth, answer: Message) -> None:
-    """Audit: the passages shown to the model for ``answer``, and to whom."""
+def answer_audit(auth: Auth) -> Callable[[Message], None] | None:
+    """What to call once an answer is stored: record the passages the model was shown for
+    it, and to whom (the caller of this request, captured now, since the answer may be
+    stored after the client has gone). None outside a request."""
     principal = _principal()
     if principal is None:
-        return
-    try:
-        auth.audit.record_answer(principal, answer)
-    except Exception:  # the answer has been given; a failed audit row must be seen, not fatal
-        log.exception("could not record the sources of answer %d", answer.id)
+        return None
+
+    def record(answer: Message) -> None:
+        try:
+            auth.audit.record_answer(principal, answer)
+        except Exception:  # the answer has been given; a failed audit row must be seen
+            log.exception("could not record the sources of answer %d", answer.id)
+
+    return record

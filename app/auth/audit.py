@@ -25,15 +25,16 @@ class Audit:
         self.db = db
 
     def record_answer(self, principal: Principal, answer: Message) -> int:
-        """Record the passages the model was shown for ``answer``; returns how many."""
-        if answer.context is None:
-            return 0
+        """Record the passages shown for ``answer``: those listed with it and those it
+        cites (an earlier turn's source cited again was shown again); returns how many."""
+        shown = {c.chunk_id: c.document_id for c in answer.citations}
+        if answer.context is not None:
+            shown.update(
+                (s.citation.chunk_id, s.citation.document_id) for s in answer.context.sources
+            )
         now = time.time()
-        rows = [
-            (answer.id, s.citation.chunk_id, s.citation.document_id, principal.user.id,
-             principal.key_id, now)
-            for s in answer.context.sources
-        ]  # fmt: skip
+        user, key = principal.user.id, principal.key_id
+        rows = [(answer.id, chunk, document, user, key, now) for chunk, document in shown.items()]
         with self.db.write() as db:
             db.conn.executemany(
                 "INSERT OR IGNORE INTO answer_sources"

@@ -15,10 +15,10 @@ from litestar.response.sse import ServerSentEventMessage
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.auth.access import (
+    answer_audit,
     current_user_id,
     readable_collections,
     readable_documents,
-    record_answer,
     require_conversation,
 )
 from app.auth.service import Auth
@@ -132,12 +132,11 @@ async def json_events(
     chat: ChatService, question: Message, auth: Auth | None = None
 ) -> AsyncIterator[ServerSentEventMessage]:
     try:
-        async for event in chat.answer(question):
+        audit = answer_audit(auth) if auth is not None else None
+        async for event in chat.answer(question, on_stored=audit):
             if isinstance(event, TokenEvent):
                 yield ServerSentEventMessage(data=_json({"text": event.text}), event="token")
             elif isinstance(event, DoneEvent):
-                if auth is not None:
-                    await asyncio.to_thread(record_answer, auth, event.message)
                 yield ServerSentEventMessage(data=_json(ChatDone.of(event.message)), event="done")
     except AppError as exc:
         yield ServerSentEventMessage(

@@ -16,7 +16,7 @@ from litestar.response import Redirect, ServerSentEvent, Template
 from litestar.response.sse import ServerSentEventMessage
 from msgspec import Struct
 
-from app.auth.access import current_user_id, record_answer, require_conversation
+from app.auth.access import answer_audit, current_user_id, require_conversation
 from app.chat import ChatService, DoneEvent, TokenEvent
 from app.citation_nav import citation_nav
 from app.conversations import Message
@@ -213,13 +213,12 @@ async def html_events(
     templates = request.app.template_engine
     assert templates is not None
     try:
-        async for event in chat.answer(question):
+        audit = answer_audit(request.app.state.services.auth)
+        async for event in chat.answer(question, on_stored=audit):
             if isinstance(event, TokenEvent):
                 span = templates.get_template("_token.html").render(token=event.text)
                 yield ServerSentEventMessage(data=span, event="token")
             elif isinstance(event, DoneEvent):
-                services = request.app.state.services
-                await asyncio.to_thread(record_answer, services.auth, event.message)
                 html = templates.get_template("_answer_done.html").render(message=event.message)
                 yield ServerSentEventMessage(data=html, event="done")
     except AppError as exc:
