@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from app.auth.access import readable_collections, visible_conversation_ids
-from app.conversations import Conversation
+from app.auth.access import readable_collections, readable_documents, visible_conversation_ids
+from app.conversations import Conversation, Message
 from app.services import Services
+from retrieval.records import DocumentRecord
 
 CONVERSATION_LIMIT = 200
 
@@ -47,6 +48,14 @@ def conversation_list_context(services: Services, query: str = "") -> dict[str, 
     only = visible_conversation_ids(services.auth)
     listing = services.conversations.listing(query, CONVERSATION_LIMIT, only)
     return {"groups": group_conversations(listing), "query": query}
+
+
+def cited_documents(services: Services, message: Message) -> dict[int, DocumentRecord]:
+    """The documents an answer cites that the caller may still read, by id (the inspector
+    shows their details; a citation of one it may no longer read is left out)."""
+    ids = sorted({c.document_id for c in message.citations})
+    found = [d for i in ids if (d := services.store.get_document(i)) is not None]
+    return {d.id: d for d in readable_documents(found)}
 
 
 def library_context(services: Services) -> dict[str, Any]:

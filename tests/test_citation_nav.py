@@ -87,6 +87,20 @@ def test_a_citation_no_longer_readable_is_skipped(client: TestClient[Any]) -> No
     assert client.get(link(citations[1], answer)).status_code == 404  # its page, too
 
 
+def test_the_inspector_shows_the_cited_documents_details_while_readable(
+    client: TestClient[Any],
+) -> None:
+    made = setup(client)
+    sources = client.get(f"/ui/messages/{made['answer']}/sources").text
+    assert sources.count("Document details") == 3
+    assert "kitchen.md" in sources and f'href="/collections/{made["b"]}"' in sources
+    ann = client.app.state.services.auth.users.by_name("ann")
+    client.app.state.services.auth.members.remove(made["b"], ann.id)
+    sources = client.get(f"/ui/messages/{made['answer']}/sources").text
+    assert "kitchen" not in sources  # neither its details nor its snippet
+    assert sources.count("Document details") == 2
+
+
 def test_other_peoples_and_bad_answer_ids(client: TestClient[Any]) -> None:
     made = setup(client)
     answer, first = made["answer"], made["citations"][0]

@@ -27,6 +27,7 @@ from app.rendering import highlight_passage
 from app.schemas import MAX_ROW_ID, RowId
 from app.services import Services
 from app.ui_context import (
+    cited_documents,
     conversation_list_context,
     library_context,
     shell_context,
@@ -171,7 +172,8 @@ class Partials(Controller):
         message = await asyncio.to_thread(services.conversations.message, message_id)
         if message is None:
             raise NotFound("no such message")
-        return Template("_sources.html", context={"message": message})
+        documents = await asyncio.to_thread(cited_documents, services, message)
+        return Template("_sources.html", context={"message": message, "documents": documents})
 
     @post("/documents", status_code=200)
     async def upload(self, request: Request[Any, Any, Any], services: Services) -> Template:
@@ -219,7 +221,11 @@ async def html_events(
                 span = templates.get_template("_token.html").render(token=event.text)
                 yield ServerSentEventMessage(data=span, event="token")
             elif isinstance(event, DoneEvent):
-                html = templates.get_template("_answer_done.html").render(message=event.message)
+                services = request.app.state.services
+                documents = await asyncio.to_thread(cited_documents, services, event.message)
+                html = templates.get_template("_answer_done.html").render(
+                    message=event.message, documents=documents
+                )
                 yield ServerSentEventMessage(data=html, event="done")
     except AppError as exc:
         html = templates.get_template("_error.html").render(
