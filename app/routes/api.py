@@ -27,7 +27,7 @@ from app.conversations import Message
 from app.deps import provide_chat, provide_retrieval, provide_services
 from app.errors import AppError, NotFound
 from app.intake import Accepted, read_files, require_all_supported, submit_all
-from app.routes.collections_ui import attachment
+from app.routes.collections_ui import original_file
 from app.schemas import (
     ChatDone,
     ChatIn,
@@ -81,15 +81,7 @@ class DocumentsApi(Controller):
     @get("/{document_id:int}/download", media_type="application/octet-stream")
     async def download_document(self, document_id: RowId, services: Services) -> Response[bytes]:
         """The uploaded file as it was sent, as an attachment."""
-        document = await asyncio.to_thread(services.store.get_document, document_id)
-        if document is None:
-            raise NotFound("no such document")
-        try:
-            data = await asyncio.to_thread(services.library.files.read, document.stored_name)
-        except FileNotFoundError:
-            raise NotFound("the original file is missing from disk") from None
-        disposition = {"Content-Disposition": attachment(document.filename)}
-        return Response(data, media_type="application/octet-stream", headers=disposition)
+        return await original_file(services, document_id)
 
     @delete("/{document_id:int}", status_code=HTTP_204_NO_CONTENT)
     async def delete_document(self, document_id: RowId, services: Services) -> None:

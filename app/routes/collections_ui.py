@@ -135,19 +135,23 @@ class CollectionsUi(Controller):
 
     @get("/documents/{document_id:int}/original")
     async def original(self, document_id: RowId, services: Services) -> Response[bytes]:
-        """The uploaded bytes, always as a download (never rendered on our origin)."""
-        document = await asyncio.to_thread(services.store.get_document, document_id)
-        if document is None:
-            raise NotFound("no such document")
-        try:
-            data = await asyncio.to_thread(services.library.files.read, document.stored_name)
-        except FileNotFoundError:
-            raise NotFound("the original file is missing from disk") from None
-        return Response(
-            data,
-            media_type="application/octet-stream",
-            headers={"Content-Disposition": attachment(document.filename)},
-        )
+        return await original_file(services, document_id)
+
+
+async def original_file(services: Services, document_id: int) -> Response[bytes]:
+    """The uploaded bytes, always as a download (never rendered on our origin)."""
+    document = await asyncio.to_thread(services.store.get_document, document_id)
+    if document is None:
+        raise NotFound("no such document")
+    try:
+        data = await asyncio.to_thread(services.library.files.read, document.stored_name)
+    except FileNotFoundError:
+        raise NotFound("the original file is missing from disk") from None
+    return Response(
+        data,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": attachment(document.filename)},
+    )
 
 
 def attachment(filename: str) -> str:
