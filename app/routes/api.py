@@ -27,7 +27,7 @@ from app.conversations import Message
 from app.deps import provide_chat, provide_retrieval, provide_services
 from app.errors import AppError, NotFound
 from app.intake import Accepted, read_files, require_all_supported, submit_all
-from app.routes.collections_ui import original_file
+from app.routes.document_views import original_file
 from app.schemas import (
     ChatDone,
     ChatIn,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from enum import StrEnum
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import numpy as np
 from litestar import Controller, Response, get, post
@@ -17,6 +16,7 @@ from litestar.response import Template
 from app.deps import provide_services
 from app.errors import NotFound
 from app.routes.conversations_ui import Conflict
+from app.routes.document_views import document_row_template, original_file
 from app.schemas import RowId
 from app.services import Services
 from app.ui_context import shell_context
@@ -122,11 +122,7 @@ class CollectionsUi(Controller):
 
     @get("/ui/documents/{document_id:int}/table-row")
     async def table_row(self, document_id: RowId, services: Services) -> Template:
-        document = await asyncio.to_thread(services.store.get_document, document_id)
-        if document is None:
-            raise NotFound("no such document")
-        headers = {"HX-Trigger": "documents-changed"} if document.status.is_terminal else {}
-        return Template("_document_table_row.html", context={"document": document}, headers=headers)
+        return await document_row_template(services, document_id, "_document_table_row.html")
 
     @post("/ui/documents/{document_id:int}/reingest", status_code=200)
     async def reingest(self, document_id: RowId, services: Services) -> Template:
@@ -136,30 +132,6 @@ class CollectionsUi(Controller):
     @get("/documents/{document_id:int}/original")
     async def original(self, document_id: RowId, services: Services) -> Response[bytes]:
         return await original_file(services, document_id)
-
-
-async def original_file(services: Services, document_id: int) -> Response[bytes]:
-    """The uploaded bytes, always as a download (never rendered on our origin)."""
-    document = await asyncio.to_thread(services.store.get_document, document_id)
-    if document is None:
-        raise NotFound("no such document")
-    try:
-        data = await asyncio.to_thread(services.library.files.read, document.stored_name)
-    except FileNotFoundError:
-        raise NotFound("the original file is missing from disk") from None
-    return Response(
-        data,
-        media_type="application/octet-stream",
-        headers={"Content-Disposition": attachment(document.filename)},
-    )
-
-
-def attachment(filename: str) -> str:
-    """Content-Disposition with an ASCII fallback and the exact name per RFC 5987."""
-    fallback = "".join(
-        c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in filename
-    )
-    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 def reingest(services: Services, document_id: int) -> DocumentRecord:

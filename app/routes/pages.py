@@ -24,6 +24,7 @@ from app.deps import provide_chat, provide_services
 from app.errors import AppError, NotFound
 from app.intake import read_files, submit_all
 from app.rendering import highlight_passage
+from app.routes.document_views import document_row_template
 from app.schemas import MAX_ROW_ID, RowId
 from app.services import Services
 from app.ui_context import (
@@ -182,12 +183,7 @@ class Partials(Controller):
 
     @get("/documents/{document_id:int}/row")
     async def document_row(self, document_id: RowId, services: Services) -> Template:
-        document = await asyncio.to_thread(services.store.get_document, document_id)
-        if document is None:
-            raise NotFound("no such document")
-        # A row that reaches its final state tells the sidebar and status bar to refresh.
-        headers = {"HX-Trigger": "documents-changed"} if document.status.is_terminal else {}
-        return Template("_document_row.html", context={"document": document}, headers=headers)
+        return await document_row_template(services, document_id, "_document_row.html")
 
     @delete("/documents/{document_id:int}", status_code=200)
     async def delete_document(self, document_id: RowId, services: Services) -> Response[str]:
