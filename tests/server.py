@@ -169,3 +169,16 @@ class ServerProcess:
                 self.kill()
         if self._log is not None:
             self._log.close()
+
+
+def slow_fake_server(root: Path, token_delay_s: float, **settings: Any) -> ServerProcess:
+    """A started server with the fake embedder and a fake model that waits
+    ``token_delay_s`` before each token (to catch a request mid-answer)."""
+    return ServerProcess(
+        root / "data",
+        root / "server.log",
+        embedder_backend="fake",
+        generator_backend="fake",
+        fake_token_delay_s=token_delay_s,
+        **settings,
+    ).start(ready_timeout=60)

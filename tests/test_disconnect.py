@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.server import ServerProcess, http
+from tests.server import ServerProcess, http, slow_fake_server
 
 TOKEN_DELAY_S = 0.5  # the fake's answer here is 13 tokens: 6.5 s if left running
 
@@ -16,14 +16,7 @@ TOKEN_DELAY_S = 0.5  # the fake's answer here is 13 tokens: 6.5 s if left runnin
 @pytest.fixture(scope="module")
 def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("slow-server")
-    server = ServerProcess(
-        root / "data",
-        root / "server.log",
-        embedder_backend="fake",
-        generator_backend="fake",
-        fake_token_delay_s=TOKEN_DELAY_S,
-        min_score=0.05,
-    ).start(ready_timeout=60)
+    server = slow_fake_server(root, TOKEN_DELAY_S, min_score=0.05)
     response = http.post(
         f"{server.url}/api/documents",
         files=[("file", ("leave.md", b"# Leave\n\nStaff receive 28 days of paid leave a year."))],

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.server import ServerProcess, http
+from tests.server import ServerProcess, http, slow_fake_server
 
 TOKEN_DELAY_S = 0.5  # the fake answers 6 tokens here: 3 s if left running
 RUNNING = 'ragdesk_requests_running{model="fake"}'
@@ -17,13 +17,7 @@ RUNNING = 'ragdesk_requests_running{model="fake"}'
 @pytest.fixture(scope="module")
 def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("slow-openai-server")
-    server = ServerProcess(
-        root / "data",
-        root / "server.log",
-        embedder_backend="fake",
-        generator_backend="fake",
-        fake_token_delay_s=TOKEN_DELAY_S,
-    ).start(ready_timeout=60)
+    server = slow_fake_server(root, TOKEN_DELAY_S)
     try:
         yield server
     finally:
