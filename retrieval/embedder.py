@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -58,29 +58,49 @@ class SentenceTransformerEmbedder:
         it waits for a batch or two (the lock is not fair), never for the whole upload.
         docs/BENCHMARKS.md has the measured wait.
         """
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
-        for start in range(0, len(order), self._batch_size):
-            rows = order[start : start + self._batch_size]
-            with self._lock:
-                vectors: Any = self._model.encode(
-                    [texts[i] for i in rows],
-                    batch_size=self._batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
-            out[rows] = vectors
-        return out
+
+        def encode(batch: list[str]) -> Vectors:
+            vectors: Vectors = self._model.encode(
+                batch,
+                batch_size=self._batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            return vectors
+
+        return in_sorted_batches(texts, self.dimension, self._batch_size, self._lock, encode)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        if not texts:
-            return []
-        with self._lock:
-            encoded = self._model.tokenizer(
-                list(texts), add_special_tokens=False, truncation=False, verbose=False
-            )
-        return [len(ids) for ids in encoded["input_ids"]]
+        return count_with(self._model.tokenizer, self._lock, texts)
+
+
+def in_sorted_batches(
+    texts: Sequence[str],
+    dimension: int,
+    batch_size: int,
+    lock: threading.Lock,
+    encode: Callable[[list[str]], Vectors],
+) -> Vectors:
+    """``encode`` over length-sorted batches (little padding), holding ``lock`` per batch
+    only, so a query can slip in between the batches of a bulk upload; rows come back in
+    the order of ``texts``."""
+    out = np.zeros((len(texts), dimension), dtype=np.float32)
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        with lock:
+            out[rows] = encode([texts[i] for i in rows])
+    return out
+
+
+def count_with(tokenizer: Any, lock: threading.Lock, texts: Sequence[str]) -> list[int]:
+    """Tokens per text, as a Hugging Face tokenizer counts them (no special tokens)."""
+    if not texts:
+        return []
+    with lock:
+        encoded = tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)
+    return [len(ids) for ids in encoded["input_ids"]]
 
 
 class HashingEmbedder:

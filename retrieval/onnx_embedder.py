@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.embedder import Vectors, fingerprint
+from retrieval.embedder import Vectors, count_with, fingerprint, in_sorted_batches
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 MANIFEST = "ragdesk-onnx.json"
@@ -149,30 +149,20 @@ class OnnxEmbedder:
         self._lock = threading.Lock()  # the fast tokenizer is not safe to share
 
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
-        """Length-sorted batches (little padding), the lock taken per batch so a query can
-        slip in between the batches of a bulk upload."""
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
-        for start in range(0, len(order), self._batch_size):
-            rows = order[start : start + self._batch_size]
-            with self._lock:
-                encoded = self._tokenizer(
-                    [texts[i] for i in rows],
-                    padding=True,
-                    truncation=True,
-                    max_length=self._max_tokens,
-                    return_tensors="np",
-                )
-                feed = {name: encoded[name].astype(np.int64) for name in INPUTS}
-                (vectors,) = self._session.run(["embedding"], feed)
-            out[rows] = vectors
-        return out
+
+        def encode(batch: list[str]) -> Vectors:
+            encoded = self._tokenizer(
+                batch,
+                padding=True,
+                truncation=True,
+                max_length=self._max_tokens,
+                return_tensors="np",
+            )
+            feed = {name: encoded[name].astype(np.int64) for name in INPUTS}
+            (vectors,) = self._session.run(["embedding"], feed)
+            return np.asarray(vectors, dtype=np.float32)
+
+        return in_sorted_batches(texts, self.dimension, self._batch_size, self._lock, encode)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        if not texts:
-            return []
-        with self._lock:
-            encoded = self._tokenizer(
-                list(texts), add_special_tokens=False, truncation=False, verbose=False
-            )
-        return [len(ids) for ids in encoded["input_ids"]]
+        return count_with(self._tokenizer, self._lock, texts)
