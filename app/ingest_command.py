@@ -61,10 +61,10 @@ def run_ingest(
     settings: Settings, paths: list[Path], *, collection: str, batch_documents: int
 ) -> int:
     """Ingest ``paths`` into ``collection``; returns the process exit status."""
-    from app.retrieval_settings import build_embedder, open_vector_index
+    from app.retrieval_settings import build_embedder, ingest_config, open_vector_index
     from retrieval.bulk import BulkIngest, find_files
     from retrieval.db import Database
-    from retrieval.ingest import IngestConfig, IngestWorker
+    from retrieval.ingest import IngestWorker
     from retrieval.library import Library
     from retrieval.parsers.isolated import IsolatedParser
     from retrieval.store import DocumentStore
@@ -97,10 +97,7 @@ def run_ingest(
             embedder,
             index,
             settings.index_dir,
-            IngestConfig(
-                chunk_tokens=settings.chunk_tokens,
-                chunk_overlap_tokens=settings.chunk_overlap_tokens,
-            ),
+            ingest_config(settings),  # its timer is unused: bulk checkpoints per batch
             parse=parser.parse,
         )
         bulk = BulkIngest(

@@ -12,6 +12,7 @@ from retrieval.embedder import (
 )
 from retrieval.index import FaissIndex
 from retrieval.index_types import IndexSpec
+from retrieval.ingest import IngestConfig
 from retrieval.search import SearchConfig
 from retrieval.store import DocumentStore
 from retrieval.vector_sync import SyncReport, open_index
@@ -56,6 +57,14 @@ def open_vector_index(
         model_id=embedder.model_id,
         dimension=embedder.dimension,
         spec=index_spec(settings),
+    )
+
+
+def ingest_config(settings: Settings) -> IngestConfig:
+    return IngestConfig(
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap_tokens=settings.chunk_overlap_tokens,
+        checkpoint_seconds=settings.index_checkpoint_seconds,
     )
 
 

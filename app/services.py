@@ -24,7 +24,12 @@ from app.chat import ChatConfig, ChatService
 from app.conversations import Conversations
 from app.errors import NotReady
 from app.metrics import Metrics
-from app.retrieval_settings import build_embedder, open_vector_index, search_config
+from app.retrieval_settings import (
+    build_embedder,
+    ingest_config,
+    open_vector_index,
+    search_config,
+)
 from app.search_stages import batched, reranker
 from app.settings import Settings
 from llm.backend import Backend, FakeBackend
@@ -33,7 +38,7 @@ from retrieval.db import Database
 from retrieval.embedder import (
     Embedder,
 )
-from retrieval.ingest import IngestConfig, IngestWorker
+from retrieval.ingest import IngestWorker
 from retrieval.library import Library
 from retrieval.parsers.isolated import IsolatedParser
 from retrieval.search import Retriever
@@ -156,11 +161,7 @@ def _load_retrieval(services: Services) -> Retrieval:
         embedder,
         index,
         settings.index_dir,
-        IngestConfig(
-            chunk_tokens=settings.chunk_tokens,
-            chunk_overlap_tokens=settings.chunk_overlap_tokens,
-            checkpoint_seconds=settings.index_checkpoint_seconds,
-        ),
+        ingest_config(settings),
         parse=services.parser.parse,
     )
     requeued = services.store.requeue_without_vectors(embedder.model_id)
