@@ -6,6 +6,17 @@ import importlib
 import inspect
 import sys
 import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+from retrieval.db import Database
+from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
+from retrieval.index import FaissIndex
+from retrieval.ingest import IngestConfig, IngestWorker
+from retrieval.library import Library
+from retrieval.store import DocumentStore
+from retrieval.uploads import UploadFiles
+from retrieval.vector_sync import open_index
 
 SKIP_PREFIXES = (
     "idlelib",
@@ -54,3 +65,24 @@ def _module_text(name: str) -> str | None:
 if __name__ == "__main__":
     docs = stdlib_documents(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
     print(len(docs), sum(len(t) for _, t in docs), [n for n, _ in docs][:10])
+
+
+def ingest_files(
+    root: Path, files: Iterable[tuple[str, bytes]]
+) -> tuple[SentenceTransformerEmbedder, DocumentStore, FaissIndex, dict[int, str]]:
+    """``files`` (name, bytes) ingested and indexed under ``root`` with the bundled
+    embedder, real SQLite and FAISS; also returns each document id's file name."""
+    embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
+    store = DocumentStore(Database(root / "ragdesk.db"))
+    library = Library(store, UploadFiles(root / "uploads"))
+    index, _ = open_index(
+        root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
+    )
+    worker = IngestWorker(store, library.files, embedder, index, root / "index", IngestConfig())
+    collection = store.ensure_collection()
+    names: dict[int, str] = {}
+    for name, data in files:
+        document, _ = library.submit(data=data, filename=name, collection_id=collection)
+        names[document.id] = name
+    worker.ingest_many(list(names))
+    return embedder, store, index, names

@@ -13,20 +13,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.corpus import stdlib_documents
+from bench.corpus import ingest_files, stdlib_documents
 from llm.engine.params import CompletionRequest, SamplingParams, TextDelta
 from llm.local import LocalModel, LocalModelConfig
 from llm.models import bundled_generator_model
 from llm.prompt import Source, build_prompt
-from retrieval.db import Database
-from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
+from retrieval.embedder import SentenceTransformerEmbedder
 from retrieval.index import FaissIndex
-from retrieval.ingest import IngestConfig, IngestWorker
-from retrieval.library import Library
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
-from retrieval.uploads import UploadFiles
-from retrieval.vector_sync import open_index
 
 QUESTIONS = [
     "How do I parse command line arguments?",
@@ -85,19 +80,8 @@ def indexed_corpus(
     root: Path, documents: int
 ) -> tuple[SentenceTransformerEmbedder, DocumentStore, FaissIndex]:
     """The first ``documents`` stdlib modules' docs, ingested and indexed under ``root``."""
-    embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
-    store = DocumentStore(Database(root / "ragdesk.db"))
-    library = Library(store, UploadFiles(root / "uploads"))
-    index, _ = open_index(
-        root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
-    )
-    worker = IngestWorker(store, library.files, embedder, index, root / "index", IngestConfig())
-    collection = store.ensure_collection()
-    ids = [
-        library.submit(data=text.encode(), filename=f"{name}.md", collection_id=collection)[0].id
-        for name, text in stdlib_documents(documents)
-    ]
-    worker.ingest_many(ids)
+    files = ((f"{name}.md", text.encode()) for name, text in stdlib_documents(documents))
+    embedder, store, index, _ = ingest_files(root, files)
     return embedder, store, index
 
 

@@ -20,16 +20,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from retrieval.db import Database
-from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
+from bench.corpus import ingest_files
+from retrieval.embedder import SentenceTransformerEmbedder
 from retrieval.evaluation import ranking_metrics
-from retrieval.ingest import IngestConfig, IngestWorker
-from retrieval.library import Library
 from retrieval.search import Retriever, SearchConfig
 from retrieval.store import DocumentStore
 from retrieval.types import Hit
-from retrieval.uploads import UploadFiles
-from retrieval.vector_sync import open_index
 
 DATA = Path(__file__).parent / "data" / "factbook"
 DEPTH = 20
@@ -67,21 +63,8 @@ def load_questions(path: Path) -> list[Question]:
 def build(
     root: Path,
 ) -> tuple[SentenceTransformerEmbedder, DocumentStore, Retriever, dict[int, str]]:
-    embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
-    store = DocumentStore(Database(root / "ragdesk.db"))
-    library = Library(store, UploadFiles(root / "uploads"))
-    index, _ = open_index(
-        root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
-    )
-    worker = IngestWorker(store, library.files, embedder, index, root / "index", IngestConfig())
-    collection = store.ensure_collection()
-    filenames: dict[int, str] = {}
-    for path in sorted((DATA / "corpus").glob("*.md")):
-        document, _ = library.submit(
-            data=path.read_bytes(), filename=path.name, collection_id=collection
-        )
-        filenames[document.id] = path.name
-    worker.ingest_many(list(filenames))
+    files = ((path.name, path.read_bytes()) for path in sorted((DATA / "corpus").glob("*.md")))
+    embedder, store, index, filenames = ingest_files(root, files)
     return embedder, store, Retriever(embedder, index, store), filenames
 
 
