@@ -346,3 +346,12 @@ def m010_api_answer_sources(db: sqlite_utils.Database) -> None:
             PRIMARY KEY (request_id, chunk_id)
         )"""
     )
+
+
+@migration
+def m011_session_last_seen(db: sqlite_utils.Database) -> None:
+    """When each browser session was last used, for the idle timeout. Sessions from before
+    count as used at the upgrade, so the upgrade itself signs nobody out mid-work (their
+    absolute lifetime still ends them)."""
+    db.execute("ALTER TABLE sessions ADD COLUMN last_seen_at REAL NOT NULL DEFAULT 0")
+    db.execute("UPDATE sessions SET last_seen_at = ?", [time.time()])
