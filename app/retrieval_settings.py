@@ -24,6 +24,7 @@ def index_spec(settings: Settings) -> IndexSpec:
         ivf_threshold=settings.ivf_threshold,
         nprobe=settings.ivf_nprobe,
         use_gpu=settings.faiss_gpu,
+        mmap_above_mb=settings.index_mmap_above_mb,
     )
 
 

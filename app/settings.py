@@ -200,6 +200,12 @@ class Settings(BaseSettings):
     faiss_gpu: bool = Field(
         True, description="Search on the GPUs when FAISS reports any (faiss-gpu build)."
     )
+    index_mmap_above_mb: float = Field(
+        512.0,
+        ge=0,
+        description="Search FAISS checkpoints of this size or more memory-mapped from disk "
+        "instead of loading them into memory (0: always).",
+    )
 
     # --- generation -------------------------------------------------------------------------
     generator_backend: Literal["llama-cpp", "fake"] = Field(

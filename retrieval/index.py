@@ -2,17 +2,16 @@
 
 The index is a cache of the embeddings held in SQLite: a checkpoint that is missing,
 torn, or made by another model is detected on load and the caller rebuilds it.
+
+Small indexes live in memory whole. A checkpoint of ``IndexSpec.mmap_above_mb`` or more
+is searched memory-mapped instead (retrieval/mapped_base.py), with the writes since
+layered over it; checkpoints then write only those layers, until they are merged.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,46 +19,47 @@ import numpy as np
 import numpy.typing as npt
 
 from retrieval.embedder import Vectors
-from retrieval.index_types import IndexSpec, gpu_copy, kind_of, new_flat, search_params, stored_ids
+from retrieval.index_files import (
+    MANIFEST_FORMAT,
+    IndexUnusable,
+    Manifest,
+    publish,
+    read_manifest,
+    verify,
+    write_named,
+)
+from retrieval.index_types import (
+    IndexSpec,
+    flat_contents,
+    gpu_copy,
+    kind_of,
+    new_flat,
+    search_params,
+    stored_ids,
+)
+from retrieval.mapped_base import MappedBase, load_whole, read_tombstones
 
 IdArray = npt.NDArray[np.int64]
-
-INDEX_FILE = "chunks.faiss"
-MANIFEST_FILE = "manifest.json"
-MANIFEST_FORMAT = 1
+Hits = list[tuple[int, float]]
+Journal = list[tuple[IdArray, Vectors | None]]  # writes to replay: (ids, vectors or None)
 
 
 class VectorIndex(Protocol):
-    def search(
-        self, query: Vectors, k: int, *, allowed: IdArray | None = None
-    ) -> list[tuple[int, float]]: ...
-
-
-class IndexUnusable(Exception):
-    """The checkpoint on disk cannot be used as is; the message says why."""
-
-
-@dataclass(frozen=True)
-class Manifest:
-    format: int
-    count: int
-    max_chunk_id: int
-    model_id: str
-    dimension: int
-    sha256: str
-    saved_at: float
-    # The index file this manifest names. Each checkpoint writes a new file beside the
-    # live one and then replaces the manifest, so the switch is one atomic rename and a
-    # kill at any moment leaves a loadable pair. Manifests from before name the old file.
-    file: str = INDEX_FILE
+    def search(self, query: Vectors, k: int, *, allowed: IdArray | None = None) -> Hits: ...
 
 
 class FaissIndex:
     """Inner-product search (vectors are unit length, so scores are cosines): exact, or IVF
-    for large collections (retrieval/index_types.py)."""
+    for large collections (retrieval/index_types.py); memory-mapped when large on disk."""
 
     def __init__(
-        self, dimension: int, model_id: str, *, _index: Any = None, spec: IndexSpec | None = None
+        self,
+        dimension: int,
+        model_id: str,
+        *,
+        _index: Any = None,
+        _base: MappedBase | None = None,
+        spec: IndexSpec | None = None,
     ):
         import faiss  # heavy: imported on use
 
@@ -67,12 +67,15 @@ class FaissIndex:
         self.model_id = model_id
         self.spec = spec or IndexSpec()
         self._faiss = faiss
+        # Every vector; or, over a mapped base, the ones added since (always exact).
         self._index = _index if _index is not None else new_flat(dimension)
+        self._base = _base
+        self._journal: Journal | None = None  # writes made while a new base is prepared
         self._gpu: Any = None  # a GPU copy for unfiltered searches, made on first use
         self._gpu_stale = True
         self._lock = threading.RLock()  # FAISS indexes are not safe for concurrent writes
-        self._count = int(self._index.ntotal)  # readable without waiting for the lock
-        self._save_lock = threading.Lock()  # index file and manifest are written as a pair
+        self._count = self._counted()  # readable without waiting for the lock
+        self._save_lock = threading.Lock()  # checkpoint files are written as a set
 
     @property
     def count(self) -> int:
@@ -80,19 +83,32 @@ class FaissIndex:
 
     @property
     def kind(self) -> str:
-        return kind_of(self._index)
+        return kind_of(self._main)
+
+    @property
+    def mapped(self) -> bool:
+        return self._base is not None
+
+    @property
+    def _main(self) -> Any:
+        """The structure holding the bulk of the vectors."""
+        return self._base.raw if self._base is not None else self._index
+
+    def _counted(self) -> int:
+        return int(self._index.ntotal) + (self._base.count if self._base is not None else 0)
 
     def take_over(self, other: FaissIndex) -> None:
         """Serve ``other``'s vectors from now on (a rebuilt structure), in place, so every
         holder of this object sees the switch at once."""
-        with self._lock:
-            self._index = other._index
-            self._count = int(self._index.ntotal)
+        with self._save_lock, self._lock:
+            self._index, self._base = other._index, other._base
+            self._count = self._counted()
             self._gpu_stale = True
 
     def ids(self) -> IdArray:
         with self._lock:
-            return stored_ids(self._index)
+            own = stored_ids(self._index)
+            return own if self._base is None else np.concatenate([self._base.ids(), own])
 
     def add(self, ids: IdArray, vectors: Vectors) -> None:
         if len(ids) == 0:
@@ -100,173 +116,216 @@ class FaissIndex:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.shape != (len(ids), self.dimension):
             raise ValueError(f"expected {len(ids)}×{self.dimension} vectors, got {vectors.shape}")
+        ids = np.asarray(ids, dtype=np.int64)
         with self._lock:
-            self._index.add_with_ids(vectors, np.asarray(ids, dtype=np.int64))
-            self._count = int(self._index.ntotal)
-            self._gpu_stale = True
+            self._add(ids, vectors)
+            if self._journal is not None:
+                self._journal.append((ids, vectors))
 
     def remove(self, ids: IdArray) -> int:
         if len(ids) == 0:
             return 0
+        ids = np.asarray(ids, dtype=np.int64)
         with self._lock:
-            selector = self._faiss.IDSelectorArray(np.asarray(ids, dtype=np.int64))
-            removed = int(self._index.remove_ids(selector))
-            self._count = int(self._index.ntotal)
-            self._gpu_stale = True
+            removed = self._remove(ids)
+            if self._journal is not None:
+                self._journal.append((ids, None))
             return removed
 
-    def search(
-        self, query: Vectors, k: int, *, allowed: IdArray | None = None
-    ) -> list[tuple[int, float]]:
+    def _add(self, ids: IdArray, vectors: Vectors) -> None:
+        self._index.add_with_ids(vectors, ids)
+        self._changed()
+
+    def _remove(self, ids: IdArray) -> int:
+        removed = int(self._index.remove_ids(self._faiss.IDSelectorArray(ids)))
+        if self._base is not None:
+            removed += self._base.bury(ids)
+        self._changed()
+        return removed
+
+    def _changed(self) -> None:
+        self._count = self._counted()
+        self._gpu_stale = self._gpu_stale or self._base is None
+
+    def search(self, query: Vectors, k: int, *, allowed: IdArray | None = None) -> Hits:
         """The ``k`` nearest, best first; only ids in ``allowed`` when it is given (the
         filter applies inside the search, so it still returns ``k`` when it can)."""
         query = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
-        selector = None
         if allowed is not None:
             if len(allowed) == 0:
                 return []
-            selector = self._faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
-        # ``selector`` stays referenced until the search returns
+            allowed = np.asarray(allowed, dtype=np.int64)
         with self._lock:  # params fit the index's type, which a take-over may change
-            params = search_params(self._index, selector, self.spec.nprobe)
-            if self._index.ntotal == 0:
-                return []
-            searcher = self._index if selector is not None else self._searcher()
-            if searcher is not self._index:  # the GPU copy has its nprobe set already
-                params = None
-            scores, ids = searcher.search(query, k, params=params)
-            if selector is not None and self.kind == "ivf" and (ids[0] < 0).any():
-                # Few allowed vectors in the probed lists: visit every list (still only
-                # the allowed ids are scored), so a small collection gets its k hits.
-                params = search_params(self._index, selector, self._index.nlist)
-                scores, ids = self._index.search(query, k, params=params)
+            hits = []
+            if self._base is not None and self._base.raw.ntotal:
+                hits = self._search(self._base.raw, query, k, self._base.selector(allowed))
+            if self._index.ntotal:
+                selector = None if allowed is None else self._faiss.IDSelectorBatch(allowed)
+                hits += self._search(self._index, query, k, selector)
+        return hits if self._base is None else sorted(hits, key=lambda hit: -hit[1])[:k]
+
+    def _search(self, index: Any, query: Vectors, k: int, selector: Any | None) -> Hits:
+        # ``selector`` stays referenced until the search returns
+        params = search_params(index, selector, self.spec.nprobe)
+        searcher = self._searcher() if selector is None and index is self._main else index
+        if searcher is not index:  # the GPU copy has its nprobe set already
+            params = None
+        scores, ids = searcher.search(query, k, params=params)
+        if selector is not None and kind_of(index) == "ivf" and (ids[0] < 0).any():
+            # Few allowed vectors in the probed lists: visit every list (still only the
+            # allowed ids are scored), so a small collection gets its k hits.
+            params = search_params(index, selector, index.nlist)
+            scores, ids = index.search(query, k, params=params)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
     def _searcher(self) -> Any:
         """The GPU copy when FAISS has GPUs (refreshed after writes), else the index."""
         if not self.spec.use_gpu:
-            return self._index
+            return self._main
         if self._gpu_stale:
-            self._gpu = gpu_copy(self._index, self.spec.nprobe)
+            self._gpu = gpu_copy(self._main, self.spec.nprobe)
             self._gpu_stale = False
-        return self._gpu if self._gpu is not None else self._index
+        return self._gpu if self._gpu is not None else self._main
+
+    # --- checkpoints ------------------------------------------------------------------------
 
     def save(self, directory: Path) -> Manifest:
-        """Checkpoint atomically: a new index file beside the live one (temp file, fsync,
-        rename), then the manifest that names it (the switch), then old files go."""
+        """Checkpoint atomically: new files beside the live ones (temp file, fsync, rename),
+        then the manifest that names them (the switch), then old files go.
+
+        A large checkpoint is searched memory-mapped from then on; over a mapped base only
+        the layers are written, until they pass ``compact_ratio`` of it and are merged."""
         with self._save_lock:  # one save at a time, so an older snapshot never lands last
-            manifest = self.stage(directory)
-            publish(directory, manifest)
+            base = self._base
+            if base is not None and not self._due_for_merge(base):
+                manifest = self._stage_layers(directory, base)
+                publish(directory, manifest)
+                return manifest
+            try:
+                whole, blob = self._snapshot(directory, base)
+                manifest = self._stage_blob(directory, blob, count=int(whole.ntotal))
+                publish(directory, manifest)
+                if self.spec.maps(len(blob)):
+                    self._switch(MappedBase.open(directory / manifest.file, manifest.sha256))
+                elif base is not None:  # merged below the threshold: held whole from now on
+                    self._switch(whole)
+            finally:
+                with self._lock:
+                    self._journal = None
         return manifest
 
+    def _snapshot(self, directory: Path, base: MappedBase | None) -> tuple[Any, bytes]:
+        """Every vector in one structure, and its serialised bytes. Writes from here on are
+        journalled when the live structures are about to be replaced."""
+        if base is None:
+            with self._lock:
+                blob = self._faiss.serialize_index(self._index).tobytes()
+                if self.spec.maps(len(blob)):
+                    self._journal = []
+            return self._index, blob
+        with self._lock:  # the base never changes, so it is read outside the lock
+            tombstones, added = base.tombstones, flat_contents(self._index)
+            self._journal = []
+        whole = load_whole(directory / base.file, tombstones)
+        whole.add_with_ids(added[1], added[0])
+        return whole, self._faiss.serialize_index(whole).tobytes()
+
+    def _due_for_merge(self, base: MappedBase) -> bool:
+        layered = int(self._index.ntotal) + base.changes
+        return layered > self.spec.compact_ratio * max(int(base.raw.ntotal), 1)
+
+    def _switch(self, new: MappedBase | Any) -> None:
+        """Serve a new mapped base (with an empty layer over it) or a whole in-memory
+        index from now on, replaying the writes journalled since its snapshot."""
+        with self._lock:
+            journal, self._journal = self._journal or [], None
+            if isinstance(new, MappedBase):
+                self._base, self._index = new, new_flat(self.dimension)
+            else:
+                self._base, self._index = None, new
+            self._gpu_stale = True
+            for ids, vectors in journal:
+                if vectors is None:
+                    self._remove(ids)
+                else:
+                    self._add(ids, vectors)
+            self._count = self._counted()
+
     def stage(self, directory: Path) -> Manifest:
-        """Write this index to a new file in ``directory`` without making it the live one."""
-        directory.mkdir(parents=True, exist_ok=True)
+        """Write this (unmapped) index to a new file in ``directory`` without making it the
+        live one."""
         with self._lock:
             blob = self._faiss.serialize_index(self._index).tobytes()
-            ids = self.ids()
-        sha256 = hashlib.sha256(blob).hexdigest()
-        manifest = Manifest(
+        return self._stage_blob(directory, blob, count=int(self._count))
+
+    def _stage_blob(self, directory: Path, blob: bytes, *, count: int) -> Manifest:
+        directory.mkdir(parents=True, exist_ok=True)
+        file, sha256 = write_named(directory, "chunks", ".faiss", blob)
+        return self._manifest(file, sha256, count=count)
+
+    def _stage_layers(self, directory: Path, base: MappedBase) -> Manifest:
+        """Only what changed since the mapped base: the added vectors and the tombstones."""
+        with self._lock:
+            delta = None
+            if self._index.ntotal:
+                delta = self._faiss.serialize_index(self._index).tobytes()
+            tombstones = base.tombstone_bytes() if base.changes else None
+            count = self._count
+        layers: dict[str, Any] = {}
+        if delta is not None:
+            layers["delta"], layers["delta_sha256"] = write_named(
+                directory, "chunks-delta", ".faiss", delta
+            )
+        if tombstones is not None:
+            layers["tombstones"], layers["tombstones_sha256"] = write_named(
+                directory, "chunks-gone", ".npy", tombstones
+            )
+        return self._manifest(base.file, base.sha256, count=count, **layers)
+
+    def _manifest(self, file: str, sha256: str, *, count: int, **layers: Any) -> Manifest:
+        ids = self.ids()
+        return Manifest(
             format=MANIFEST_FORMAT,
-            count=len(ids),
+            count=count,
             max_chunk_id=int(ids.max()) if len(ids) else 0,
             model_id=self.model_id,
             dimension=self.dimension,
             sha256=sha256,
             saved_at=time.time(),
-            file=f"chunks-{sha256[:16]}.faiss",
+            file=file,
+            **layers,
         )
-        write_atomically(directory / manifest.file, blob)
-        return manifest
 
     @classmethod
     def load(
         cls, directory: Path, *, model_id: str, dimension: int, spec: IndexSpec | None = None
     ) -> FaissIndex:
         """Load a checkpoint, or raise :class:`IndexUnusable` saying why it cannot be used."""
+        spec = spec or IndexSpec()
         manifest = read_manifest(directory)
         if manifest.model_id != model_id or manifest.dimension != dimension:
             made_by = f"{manifest.model_id} ({manifest.dimension}d)"
             raise IndexUnusable(f"made by {made_by}, not {model_id} ({dimension}d)")
-        path = directory / manifest.file
-        try:
-            digest = file_sha256(path)
-        except FileNotFoundError:
-            raise IndexUnusable("index file missing") from None
-        if digest != manifest.sha256:
-            raise IndexUnusable("index file does not match its manifest (torn write?)")
+        verify(directory, manifest)
         import faiss
 
-        # Straight from the file: no second copy of a large index in memory. Files are
-        # named by their hash and never rewritten, so this reads what was just checked.
+        path = directory / manifest.file
+        tombstones = (
+            read_tombstones(directory / manifest.tombstones) if manifest.tombstones else None
+        )
+        # Files are named by their hash and never rewritten, so this reads what was checked.
         try:
-            raw = faiss.read_index(str(path))
+            delta = faiss.read_index(str(directory / manifest.delta)) if manifest.delta else None
+            if spec.maps(path.stat().st_size):
+                base = MappedBase.open(path, manifest.sha256, tombstones)
+                index = cls(dimension, model_id, _index=delta, _base=base, spec=spec)
+            else:  # held whole in memory: the layers, if any, are applied to it
+                raw = load_whole(path, tombstones)
+                if delta is not None:
+                    raw.add_with_ids(*reversed(flat_contents(delta)))
+                index = cls(dimension, model_id, _index=raw, spec=spec)
         except RuntimeError as exc:
-            raise IndexUnusable(f"FAISS cannot read the index file ({exc})") from exc
-        index = cls(dimension, model_id, _index=raw, spec=spec)
+            raise IndexUnusable(f"FAISS cannot read the index files ({exc})") from exc
         if index.count != manifest.count:
             raise IndexUnusable("vector count differs from the manifest")
         return index
-
-
-def publish(directory: Path, manifest: Manifest) -> None:
-    """Make a staged index file the live one (one atomic rename), then drop older files."""
-    write_atomically(directory / MANIFEST_FILE, json.dumps(asdict(manifest)).encode())
-    for path in directory.glob("chunks*.faiss"):
-        if path.name != manifest.file:
-            path.unlink(missing_ok=True)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def index_file(directory: Path) -> Path:
-    """The live index file, as the manifest names it."""
-    return directory / read_manifest(directory).file
-
-
-def read_manifest(directory: Path) -> Manifest:
-    try:
-        data = json.loads((directory / MANIFEST_FILE).read_text())
-        manifest = Manifest(**data)
-    except FileNotFoundError:
-        raise IndexUnusable("no checkpoint yet") from None
-    except (ValueError, TypeError) as exc:
-        raise IndexUnusable(f"manifest unreadable ({exc})") from exc
-    if manifest.format != MANIFEST_FORMAT:
-        raise IndexUnusable(f"manifest format {manifest.format} is not {MANIFEST_FORMAT}")
-    if Path(manifest.file).name != manifest.file or not manifest.file.startswith("chunks"):
-        raise IndexUnusable(f"manifest names an unexpected file {manifest.file!r}")
-    return manifest
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Never leave a half-written file at ``path``, even on kill -9 or power loss.
-
-    Each writer gets its own temporary file, so concurrent writers cannot interleave.
-    """
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

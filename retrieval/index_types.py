@@ -36,6 +36,13 @@ class IndexSpec:
     ivf_threshold: int = 50_000  # vectors from which "auto" builds an IVF index
     nprobe: int = 64  # lists an IVF query visits (of 4·√n: ~5% at 100k vectors)
     use_gpu: bool = True  # search on the GPUs when FAISS reports any (faiss-gpu build)
+    # Checkpoints of at least this size are searched memory-mapped (retrieval/mapped_base.py);
+    # the layers over a mapped base are merged into a new one past this share of its size.
+    mmap_above_mb: float = 512.0
+    compact_ratio: float = 0.1
+
+    def maps(self, file_bytes: int) -> bool:
+        return file_bytes >= self.mmap_above_mb * 2**20
 
     def wanted(self, count: int, current: str) -> str:
         """The structure for ``count`` vectors; ``auto`` keeps IVF down to half the
@@ -95,6 +102,16 @@ def stored_ids(index: Any) -> npt.NDArray[np.int64]:
         ]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     return np.asarray(faiss.vector_to_array(index.id_map), dtype=np.int64)
+
+
+def flat_contents(index: Any) -> tuple[npt.NDArray[np.int64], Vectors]:
+    """The ids and vectors of an exact (``new_flat``) index."""
+    import faiss
+
+    ids = np.asarray(faiss.vector_to_array(index.id_map), dtype=np.int64)
+    if not len(ids):
+        return ids, np.zeros((0, index.d), dtype=np.float32)
+    return ids, np.asarray(index.index.reconstruct_n(0, len(ids)), dtype=np.float32)
 
 
 def search_params(index: Any, selector: Any, nprobe: int) -> Any:

@@ -19,7 +19,8 @@ import numpy as np
 
 from retrieval.embedder import Embedder, Vectors
 from retrieval.embedding_cache import EmbeddingCache
-from retrieval.index import FaissIndex, IdArray, publish
+from retrieval.index import FaissIndex, IdArray
+from retrieval.index_files import publish
 from retrieval.index_types import IndexSpec, new_flat, new_ivf
 from retrieval.ingest import embedding_text
 from retrieval.store import DocumentStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from retrieval.index import fsync_directory, write_atomically
+from retrieval.index_files import fsync_directory, write_atomically
 
 
 def content_hash(data: bytes) -> str:

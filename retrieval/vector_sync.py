@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.index import FaissIndex, IdArray, IndexUnusable
+from retrieval.index import FaissIndex, IdArray
+from retrieval.index_files import IndexUnusable
 from retrieval.index_types import IndexSpec, new_flat, new_ivf
 from retrieval.store import DocumentStore
 

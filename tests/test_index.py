@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.index import MANIFEST_FILE, FaissIndex, IndexUnusable, index_file
+from retrieval.index import FaissIndex
+from retrieval.index_files import MANIFEST_FILE, IndexUnusable, index_file
 
 
 def unit_vectors(n: int, dim: int = 16, seed: int = 0) -> np.ndarray:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from retrieval.embedder import HashingEmbedder, Vectors
-from retrieval.index import FaissIndex, index_file, read_manifest
+from retrieval.index import FaissIndex
+from retrieval.index_files import index_file, read_manifest
 from retrieval.reindex import reindex
 from retrieval.vector_sync import open_index
 from tests.retrieval_kit import Kit, make_kit

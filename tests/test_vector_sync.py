@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrieval.index import index_file
+from retrieval.index_files import index_file
 from tests.retrieval_kit import Kit, make_kit
 
 DOCS = [b"alpha policy text about leave", b"beta rules for travel meals", b"gamma parking notes"]

@@ -1,0 +1,137 @@
+"""A large FAISS checkpoint searched memory-mapped against the same one loaded into memory.
+
+    python -m bench.mapped_index [--vectors 300000] [--queries 300]
+
+One checkpoint of ``--vectors`` synthetic 384-dim unit vectors (exact, then IVF) is written
+once; each mode then runs in its own fresh process, so memory figures are that process's:
+
+* *load*: ``FaissIndex.load`` (both verify the files' SHA-256 first);
+* *memory*: anonymous resident memory after loading (``RssAnon``: what the index costs in
+  RAM the kernel cannot reclaim; a mapped file's pages count as ``RssFile`` and are evicted
+  under pressure);
+* *search*: p50 / p95 of unfiltered and collection-scoped (10 % of ids) searches, k = 50;
+* *checkpoint*: one ``save`` after a document's worth of writes (50 added, 50 deleted):
+  the whole index in memory, only the layers over a mapped base.
+
+The file stays in the page cache (it was just written), so a cold disk is not measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.query import percentile
+from retrieval.index import FaissIndex
+from retrieval.index_types import IndexSpec, new_ivf
+
+DIM = 384
+MODES = {"in-memory": 1e9, "mapped": 0.0}  # IndexSpec.mmap_above_mb
+
+
+def build(directory: Path, count: int, kind: str) -> None:
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(count, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    raw = new_ivf(DIM, vectors, count) if kind == "ivf" else None
+    index = FaissIndex(DIM, "m", _index=raw, spec=IndexSpec(mmap_above_mb=1e9))
+    index.add(np.arange(count, dtype=np.int64), vectors)
+    index.save(directory)
+
+
+def rss_kb() -> dict[str, int]:
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("RssAnon", "RssFile"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
+def child(directory: Path, mode: str, queries: int) -> dict[str, Any]:
+    """One mode in this (fresh) process."""
+    spec = IndexSpec(mmap_above_mb=MODES[mode], use_gpu=False)
+    before = rss_kb()
+    started = time.perf_counter()
+    index = FaissIndex.load(directory, model_id="m", dimension=DIM, spec=spec)
+    load_s = time.perf_counter() - started
+    after = rss_kb()
+    rng = np.random.default_rng(1)
+    allowed = np.sort(rng.choice(index.count, index.count // 10, replace=False))
+    timings: dict[str, list[float]] = {"unfiltered": [], "scoped": []}
+    for query in rng.normal(size=(queries, DIM)).astype(np.float32):
+        for name, only in (("unfiltered", None), ("scoped", allowed)):
+            started = time.perf_counter()
+            index.search(query, 50, allowed=only)
+            timings[name].append((time.perf_counter() - started) * 1000)
+    added = np.arange(index.count, index.count + 50, dtype=np.int64)
+    index.add(added, rng.normal(size=(50, DIM)).astype(np.float32))
+    index.remove(np.arange(50, dtype=np.int64))
+    started = time.perf_counter()
+    manifest = index.save(directory)
+    checkpoint_s = time.perf_counter() - started
+    written = sum((directory / name).stat().st_mtime >= started for name, _ in manifest.files())
+    return {
+        "mode": mode,
+        "kind": index.kind,
+        "mapped": index.mapped,
+        "load_s": round(load_s, 3),
+        "anon_mb": round((after["RssAnon"] - before["RssAnon"]) / 1024, 1),
+        "file_mb_after_searches": round(rss_kb()["RssFile"] / 1024, 1),
+        **{f"{name}_p50_ms": round(statistics.median(ms), 3) for name, ms in timings.items()},
+        **{f"{name}_p95_ms": round(percentile(ms, 0.95), 3) for name, ms in timings.items()},
+        "checkpoint_s": round(checkpoint_s, 3),
+        "files_written": written,
+    }
+
+
+def run_mode(directory: Path, mode: str, queries: int) -> dict[str, Any]:
+    """``mode`` in a fresh process, on a private copy of the checkpoint (saves change it)."""
+    copy = directory.parent / f"{directory.name}-{mode}"
+    subprocess.run(["cp", "-r", str(directory), str(copy)], check=True)
+    command = [sys.executable, "-m", "bench.mapped_index", "--child", mode, str(copy)]
+    output = subprocess.run(
+        [*command, "--queries", str(queries)], check=True, capture_output=True, text=True
+    ).stdout
+    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--vectors", type=int, default=300_000)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--child", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(Path(args.child[1]), args.child[0], args.queries)))
+        return
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ragdesk-mmap-") as tmp:
+        for kind in ("flat", "ivf"):
+            directory = Path(tmp) / kind
+            build(directory, args.vectors, kind)
+            size_mb = sum(p.stat().st_size for p in directory.glob("chunks*")) / 2**20
+            print(f"{kind}: {args.vectors} vectors, {size_mb:.0f} MB on disk", flush=True)
+            for mode in MODES:
+                row = run_mode(directory, mode, args.queries)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    by = {(row["kind"], row["mode"]): row for row in rows}
+    for kind in ("flat", "ivf"):
+        memory, mapped = by[(kind, "in-memory")], by[(kind, "mapped")]
+        for key in ("load_s", "unfiltered_p50_ms", "scoped_p50_ms", "checkpoint_s"):
+            print(f"{kind} {key}: mapped / in-memory = {mapped[key] / memory[key]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

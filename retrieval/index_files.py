@@ -1,0 +1,137 @@
+"""The files of a FAISS checkpoint: a manifest naming hash-named files, written atomically.
+
+A checkpoint is one index file, or (for an index searched memory-mapped) that base file
+plus a small file of the vectors added since and one of the base's ids deleted since. The
+manifest names them all; replacing it is the one atomic switch, so a kill at any moment
+leaves a loadable set. Files are never rewritten under their name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+INDEX_FILE = "chunks.faiss"
+MANIFEST_FILE = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+class IndexUnusable(Exception):
+    """The checkpoint on disk cannot be used as is; the message says why."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format: int
+    count: int
+    max_chunk_id: int
+    model_id: str
+    dimension: int
+    sha256: str
+    saved_at: float
+    # The index file this manifest names (the base, when there are layers over it).
+    # Manifests from before checkpoints got new names name the old file.
+    file: str = INDEX_FILE
+    # Layers over a memory-mapped base: the vectors added since (an exact index) and the
+    # base's ids deleted since (.npy). Absent for an index held whole in memory.
+    delta: str | None = None
+    delta_sha256: str = ""
+    tombstones: str | None = None
+    tombstones_sha256: str = ""
+
+    def files(self) -> Iterator[tuple[str, str]]:
+        """Each file this checkpoint is made of, with its SHA-256."""
+        yield self.file, self.sha256
+        if self.delta is not None:
+            yield self.delta, self.delta_sha256
+        if self.tombstones is not None:
+            yield self.tombstones, self.tombstones_sha256
+
+
+def publish(directory: Path, manifest: Manifest) -> None:
+    """Make staged files the live checkpoint (one atomic rename), then drop older files."""
+    write_atomically(directory / MANIFEST_FILE, json.dumps(asdict(manifest)).encode())
+    live = {name for name, _ in manifest.files()}
+    for path in directory.glob("chunks*"):
+        if path.name not in live:
+            path.unlink(missing_ok=True)
+
+
+def read_manifest(directory: Path) -> Manifest:
+    try:
+        data = json.loads((directory / MANIFEST_FILE).read_text())
+        manifest = Manifest(**data)
+    except FileNotFoundError:
+        raise IndexUnusable("no checkpoint yet") from None
+    except (ValueError, TypeError) as exc:
+        raise IndexUnusable(f"manifest unreadable ({exc})") from exc
+    if manifest.format != MANIFEST_FORMAT:
+        raise IndexUnusable(f"manifest format {manifest.format} is not {MANIFEST_FORMAT}")
+    for name, _ in manifest.files():
+        if Path(name).name != name or not name.startswith("chunks"):
+            raise IndexUnusable(f"manifest names an unexpected file {name!r}")
+    return manifest
+
+
+def verify(directory: Path, manifest: Manifest) -> None:
+    """Raise :class:`IndexUnusable` unless every file is there with the recorded hash."""
+    for name, sha256 in manifest.files():
+        try:
+            digest = file_sha256(directory / name)
+        except FileNotFoundError:
+            raise IndexUnusable(f"index file {name} missing") from None
+        if digest != sha256:
+            raise IndexUnusable(f"index file {name} does not match its manifest (torn write?)")
+
+
+def index_file(directory: Path) -> Path:
+    """The live (base) index file, as the manifest names it."""
+    return directory / read_manifest(directory).file
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_named(directory: Path, stem: str, suffix: str, data: bytes) -> tuple[str, str]:
+    """Write ``data`` atomically under a name made from its hash; returns (name, sha256)."""
+    sha256 = hashlib.sha256(data).hexdigest()
+    name = f"{stem}-{sha256[:16]}{suffix}"
+    write_atomically(directory / name, data)
+    return name, sha256
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Never leave a half-written file at ``path``, even on kill -9 or power loss.
+
+    Each writer gets its own temporary file, so concurrent writers cannot interleave.
+    """
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,177 @@
+"""Large checkpoints are searched memory-mapped, with writes layered over the read-only base.
+
+Every test compares the mapped index with a plain in-memory one fed the same writes: the
+layers (added vectors, tombstoned deletes), their checkpoints, merges and reloads must never
+change what a search returns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import retrieval.index
+from retrieval.index import FaissIndex
+from retrieval.index_files import read_manifest
+from retrieval.index_types import IndexSpec, new_ivf
+
+DIM = 16
+MAPPED = IndexSpec(mmap_above_mb=0, compact_ratio=0.5)  # every checkpoint is mapped
+
+
+def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(n, DIM)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def ids(start: int, stop: int) -> np.ndarray:
+    return np.arange(start, stop, dtype=np.int64)
+
+
+class Twin:
+    """A mapped index and an in-memory reference receiving the same writes."""
+
+    def __init__(self, directory: Path, spec: IndexSpec = MAPPED):
+        self.directory = directory
+        self.spec = spec
+        self.index = FaissIndex(DIM, "m", spec=spec)
+        self.reference = FaissIndex(DIM, "m", spec=IndexSpec(mmap_above_mb=1e9))
+
+    def add(self, start: int, stop: int, seed: int) -> None:
+        for index in (self.index, self.reference):
+            index.add(ids(start, stop), unit_vectors(stop - start, seed))
+
+    def remove(self, *chunk_ids: int) -> None:
+        gone = np.array(chunk_ids, dtype=np.int64)
+        assert self.index.remove(gone) == self.reference.remove(gone)
+
+    def reload(self) -> None:
+        self.index = FaissIndex.load(self.directory, model_id="m", dimension=DIM, spec=self.spec)
+
+    def assert_same(self, queries: int = 20, allowed: np.ndarray | None = None) -> None:
+        assert self.index.count == self.reference.count
+        assert sorted(self.index.ids()) == sorted(self.reference.ids())
+        for query in unit_vectors(queries, seed=99):
+            got = self.index.search(query, 10, allowed=allowed)
+            want = self.reference.search(query, 10, allowed=allowed)
+            assert [i for i, _ in got] == [i for i, _ in want]
+            assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-5)
+
+
+def test_a_large_checkpoint_is_searched_mapped_with_writes_layered_over_it(
+    tmp_path: Path,
+) -> None:
+    twin = Twin(tmp_path)
+    twin.add(0, 400, seed=1)
+    twin.index.save(tmp_path)
+    assert twin.index.mapped
+    base_file = read_manifest(tmp_path).file
+    twin.add(400, 450, seed=2)  # into the layer over the base
+    twin.remove(3, 7, 420)  # two tombstones in the base, one from the layer
+    twin.assert_same()
+    twin.assert_same(allowed=ids(0, 10))  # tombstoned ids are excluded from allow-lists too
+    twin.assert_same(allowed=np.array([3, 7], dtype=np.int64))  # nothing left to find
+
+
+def test_checkpoints_over_a_mapped_base_write_only_the_layers(tmp_path: Path) -> None:
+    twin = Twin(tmp_path)
+    twin.add(0, 400, seed=1)
+    twin.index.save(tmp_path)
+    base = read_manifest(tmp_path)
+    twin.add(400, 420, seed=2)
+    twin.remove(5, 405)
+    manifest = twin.index.save(tmp_path)
+    assert manifest.file == base.file and manifest.sha256 == base.sha256  # base untouched
+    assert manifest.delta is not None and manifest.tombstones is not None
+    assert sorted(p.name for p in tmp_path.glob("chunks*")) == sorted(
+        name for name, _ in manifest.files()
+    )
+    twin.reload()
+    assert twin.index.mapped
+    twin.assert_same()
+
+
+def test_layers_past_the_ratio_are_merged_into_a_new_base(tmp_path: Path) -> None:
+    twin = Twin(tmp_path)
+    twin.add(0, 200, seed=1)
+    twin.index.save(tmp_path)
+    first = read_manifest(tmp_path).file
+    twin.add(200, 260, seed=2)
+    twin.remove(*range(0, 50))  # 60 added + 50 deleted > half of 200
+    manifest = twin.index.save(tmp_path)
+    assert manifest.file != first and manifest.delta is None and manifest.tombstones is None
+    assert not (tmp_path / first).exists()
+    assert twin.index.mapped
+    twin.assert_same()
+    twin.reload()
+    twin.assert_same()
+
+
+def test_a_layered_checkpoint_loads_whole_when_mapping_is_turned_off(tmp_path: Path) -> None:
+    twin = Twin(tmp_path)
+    twin.add(0, 300, seed=1)
+    twin.index.save(tmp_path)
+    twin.add(300, 320, seed=2)
+    twin.remove(10, 310)
+    twin.index.save(tmp_path)
+    twin.spec = IndexSpec(mmap_above_mb=1e9)
+    twin.reload()
+    assert not twin.index.mapped
+    twin.assert_same()
+
+
+def test_writes_made_while_a_checkpoint_switches_structures_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first mapping and a merge both replace the live structures after writing a file;
+    writes that land meanwhile (deletes from request threads) must survive the switch."""
+    twin = Twin(tmp_path)
+    twin.add(0, 200, seed=1)
+    writes = iter(
+        [
+            lambda: (twin.add(200, 210, seed=3), twin.remove(1, 2)),
+            lambda: (twin.add(300, 305, seed=4), twin.remove(4, 205, 250)),
+        ]
+    )
+    real_write = retrieval.index.write_named
+
+    def write_and_meanwhile(*args: Any) -> tuple[str, str]:
+        result = real_write(*args)
+        next(writes, lambda: None)()
+        return result
+
+    monkeypatch.setattr(retrieval.index, "write_named", write_and_meanwhile)
+    twin.index.save(tmp_path)  # unmapped -> mapped, with writes between snapshot and switch
+    assert twin.index.mapped
+    twin.assert_same()
+    twin.add(250, 300, seed=5)
+    twin.remove(*range(20, 80))
+    twin.index.save(tmp_path)  # a merge, with writes between snapshot and switch
+    assert read_manifest(tmp_path).delta is None
+    twin.assert_same()
+    monkeypatch.undo()
+    twin.index.save(tmp_path)  # the journalled writes reach the next checkpoint
+    twin.reload()
+    twin.assert_same()
+
+
+def test_an_ivf_checkpoint_is_mapped_too(tmp_path: Path) -> None:
+    vectors = unit_vectors(2000, seed=1)
+    spec = IndexSpec(kind="ivf", mmap_above_mb=0, compact_ratio=0.5)
+    index = FaissIndex(DIM, "m", _index=new_ivf(DIM, vectors), spec=spec)
+    index.add(ids(0, 2000), vectors)
+    index.save(tmp_path)
+    assert index.mapped and index.kind == "ivf"
+    index.remove(ids(0, 1000))
+    index.add(ids(5000, 5003), unit_vectors(3, seed=7))
+    hits = index.search(vectors[1500], 5)
+    assert hits[0][0] == 1500
+    assert all(i >= 1000 for i, _ in hits)
+    # a small allow-list inside the tombstoned range finds only what is live
+    assert [i for i, _ in index.search(vectors[10], 5, allowed=np.array([10, 5001]))] == [5001]
+    index.save(tmp_path)
+    again = FaissIndex.load(tmp_path, model_id="m", dimension=DIM, spec=spec)
+    assert again.mapped and again.kind == "ivf" and again.count == 1003
