@@ -66,6 +66,7 @@ def ingest_config(settings: Settings) -> IngestConfig:
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap_tokens=settings.chunk_overlap_tokens,
         checkpoint_seconds=settings.index_checkpoint_seconds,
+        embedding_cache_max_bytes=settings.embedding_cache_max_mb << 20,
     )
 
 

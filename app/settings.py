@@ -134,6 +134,13 @@ class Settings(BaseSettings):
         description="PyTorch threads for ingestion batches (0 = default); "
         "fewer leaves cores to chat while documents are embedded.",
     )
+    embedding_cache_max_mb: int = Field(
+        128,
+        ge=0,
+        description="Cached vectors that no passage needs now (deleted documents, models "
+        "used before a reindex) are kept up to this size, least recently used evicted "
+        "first; vectors of live passages are always kept (0 = keep none).",
+    )
     chunk_tokens: int = Field(200, ge=16, le=2048, description="Largest chunk, in embedder tokens.")
     chunk_overlap_tokens: int = Field(
         40, ge=0, le=512, description="Tokens repeated between neighbouring chunks."

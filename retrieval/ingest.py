@@ -20,12 +20,13 @@ import numpy as np
 
 from retrieval.chunking import chunk_page
 from retrieval.embedder import Embedder, Vectors
-from retrieval.embedding_cache import EmbeddingCache
+from retrieval.embedding_cache import CacheUsage, EmbeddingCache
+from retrieval.embedding_cache import embedding_text as embedding_text  # re-exported
 from retrieval.index import FaissIndex
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.store import DocumentGone, DocumentStore
-from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
+from retrieval.types import DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.uploads import UploadFiles
 from retrieval.vector_sync import restructure_if_needed
 
@@ -45,6 +46,8 @@ class IngestConfig:
     max_checkpoint_interval: float = 60.0  # save at least this often under constant load
     max_batch_documents: int = 32
     embedding_cache: bool = True  # reuse vectors of texts embedded before (by content hash)
+    # Cached vectors no live passage needs, kept up to this size (LRU); None = never prune.
+    embedding_cache_max_bytes: int | None = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,10 @@ class IngestWorker:
         self.parse = parse  # production passes IsolatedParser.parse: a child process
         self.progress = progress
         self.cache = EmbeddingCache(store.db) if config.embedding_cache else None
+        self.cache_usage: CacheUsage | None = None  # as of the last prune
+        self._prune_due = threading.Event()
+        self._prune_due.set()  # once after start: the library may have changed meanwhile
+        self._last_prune = time.monotonic()
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._dirty = threading.Event()
         self._stopping = threading.Event()
@@ -99,6 +106,7 @@ class IngestWorker:
 
     def mark_dirty(self) -> None:
         self._dirty.set()
+        self._prune_due.set()  # a delete may have left cached vectors spare
 
     @property
     def alive(self) -> bool:
@@ -135,6 +143,8 @@ class IngestWorker:
                 first = self._queue.get(timeout=self.config.checkpoint_seconds or None)
             except queue.Empty:
                 self.checkpoint()  # quiet period: persist what was added
+                if self._prune_due.is_set():
+                    self.prune_cache()
                 continue
             batch = self._drain(first)
             try:
@@ -144,7 +154,41 @@ class IngestWorker:
             overdue = time.monotonic() - self._last_checkpoint > self.config.max_checkpoint_interval
             if overdue or not self.config.checkpoint_seconds:
                 self.checkpoint()
+            self._prune_due.set()
+            if time.monotonic() - self._last_prune > self.config.max_checkpoint_interval:
+                self.prune_cache()  # under constant load, now and then
         self.checkpoint()
+
+    def prune_cache(self) -> None:
+        """Evict spare cached vectors beyond the budget (see retrieval/embedding_cache.py).
+
+        Only the worker thread calls this while it runs: it is the thread that writes passages.
+        """
+        budget = self.config.embedding_cache_max_bytes
+        self._prune_due.clear()
+        self._last_prune = time.monotonic()
+        if budget is None:
+            return
+        try:
+            report = EmbeddingCache(self.store.db).prune(budget, self.embedder.model_id)
+        except Exception:  # never fatal: the cache only grows until the next try
+            log.exception("pruning the embedding cache failed; will retry")
+            self._prune_due.set()
+            return
+        self.cache_usage = report.usage
+        if report.evicted_rows:
+            usage = report.usage
+            log.info(
+                "embedding cache: evicted %d unused vectors (%.1f MiB) in %.2fs; "
+                "%d vectors (%.1f MiB) left, %d of them unused (%.1f MiB)",
+                report.evicted_rows,
+                report.evicted_bytes / 2**20,
+                report.seconds,
+                usage.rows,
+                usage.bytes / 2**20,
+                usage.spare_rows,
+                usage.spare_bytes / 2**20,
+            )
 
     def _drain(self, first: int | None) -> list[int]:
         """The first id plus whatever else is already queued, up to a batch."""
@@ -292,9 +336,3 @@ class IngestWorker:
                 self.progress(document_id, stage, detail)
             except Exception:  # a display problem must never fail ingestion
                 log.exception("progress callback failed")
-
-
-def embedding_text(title: str, chunk: ChunkSpan) -> str:
-    """What is embedded: the chunk with its document title and heading as context."""
-    context = " — ".join(part for part in (title, chunk.heading) if part)
-    return f"{context}\n{chunk.text}" if context else chunk.text

@@ -355,3 +355,35 @@ def m011_session_last_seen(db: sqlite_utils.Database) -> None:
     absolute lifetime still ends them)."""
     db.execute("ALTER TABLE sessions ADD COLUMN last_seen_at REAL NOT NULL DEFAULT 0")
     db.execute("UPDATE sessions SET last_seen_at = ?", [time.time()])
+
+
+@migration
+def m012_embedding_cache_pruning(db: sqlite_utils.Database) -> None:
+    """What the embedding cache needs to be pruned: when each vector was last used, and
+    which cached text each passage embeds.
+
+    ``chunk_text_keys`` is derived data, filled in by the cache before it prunes (so rows
+    from before this migration are covered too) and dropped with its passage. An edit of
+    a passage, or of its document's title, drops its key: the cache works it out again.
+    """
+    db.execute("ALTER TABLE embedding_cache ADD COLUMN last_used REAL NOT NULL DEFAULT 0")
+    db.execute("UPDATE embedding_cache SET last_used = created_at")
+    db.execute(
+        """CREATE TABLE chunk_text_keys (
+            chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+            text_sha256 TEXT NOT NULL
+        )"""
+    )
+    db.table("chunk_text_keys").create_index(["text_sha256"])
+    db.execute(
+        """CREATE TRIGGER chunk_text_keys_edit AFTER UPDATE OF heading, text ON chunks BEGIN
+            DELETE FROM chunk_text_keys WHERE chunk_id = new.id;
+        END"""
+    )
+    db.execute(
+        """CREATE TRIGGER chunk_text_keys_title AFTER UPDATE OF title, filename ON documents
+           WHEN new.title IS NOT old.title OR new.filename IS NOT old.filename BEGIN
+            DELETE FROM chunk_text_keys
+            WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = new.id);
+        END"""
+    )
