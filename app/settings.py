@@ -71,6 +71,13 @@ class Settings(BaseSettings):
     session_lifetime_s: float = Field(
         43200.0, ge=60, le=90 * 86400, description="How long a browser session lasts."
     )
+    session_idle_s: float = Field(
+        7200.0,
+        ge=0,
+        le=90 * 86400,
+        description="A browser session unused this long ends (the UI's own background polls "
+        "do not count as use); 0 = no idle timeout, only session_lifetime_s.",
+    )
     cookie_secure: Literal["auto", "always", "never"] = Field(
         "auto",
         description="Mark the session cookie Secure: 'auto' when the request came over HTTPS.",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import TestClient
 
+from app.auth.guards import BACKGROUND_POLLS
 from app.auth.passwords import token_hash
 from app.auth.sessions import COOKIE_NAME
 from app.cli import main as cli
@@ -244,3 +246,124 @@ def test_cli_key_is_the_only_stdout_and_works(
         with pytest.raises(SystemExit):
             cli(["keys", "revoke", "1", "--data-dir", data])
         assert app_client.get("/api/documents", headers=headers).status_code == 401
+
+
+# --- the session id changes at sign-in; sessions end when idle -------------------------------
+
+
+def stored_session(client: TestClient[Any], cookie: str) -> Any:
+    """The ``sessions`` row of a cookie (None once it has been deleted)."""
+    db = client.app.state.services.db.read()
+    query = "SELECT * FROM sessions WHERE token_hash = ?"
+    return db.execute(query, [token_hash(cookie)]).fetchone()
+
+
+def use_cookie(client: TestClient[Any], value: str) -> None:
+    """The browser sends ``value`` as its session cookie from now on."""
+    client.cookies.clear()
+    client.cookies.set(COOKIE_NAME, value, domain=client.base_url.host)
+
+
+def set_last_seen(client: TestClient[Any], seconds_ago: float) -> None:
+    """Every session was last used ``seconds_ago`` (as if the clock had moved on)."""
+    with client.app.state.services.db.write() as db:
+        db.execute("UPDATE sessions SET last_seen_at = ?", [time.time() - seconds_ago])
+
+
+def test_signing_in_again_gives_a_new_session_and_csrf_token_and_ends_the_old_one(
+    anonymous_client: TestClient[Any],
+) -> None:
+    add_user(anonymous_client, "ann")
+    use_cookie(anonymous_client, "planted-by-someone-else")  # a fixation attempt
+    first_csrf = login(anonymous_client, "ann")
+    first = anonymous_client.cookies[COOKIE_NAME]
+    assert first != "planted-by-someone-else"
+    second_csrf = login(anonymous_client, "ann")  # signing in again, with the first cookie
+    second = anonymous_client.cookies[COOKIE_NAME]
+    assert second != first and second_csrf != first_csrf
+    assert stored_session(anonymous_client, first) is None
+    assert anonymous_client.get("/api/documents").status_code == 200
+    use_cookie(anonymous_client, first)  # the session from before is no one
+    assert anonymous_client.get("/api/documents").status_code == 401
+    use_cookie(anonymous_client, second)
+    old_token = {"X-CSRF-Token": first_csrf}
+    refused = anonymous_client.post("/ui/ask", data={"message": "hi"}, headers=old_token)
+    assert refused.status_code == 403  # nor is the old CSRF token any good
+
+
+def test_a_session_unused_past_the_idle_timeout_is_refused_and_deleted(tmp_path: Path) -> None:
+    with signed_in(fake_settings(tmp_path, session_idle_s=600)) as client:
+        cookie = client.cookies[COOKIE_NAME]
+        set_last_seen(client, 590)
+        assert client.get("/api/documents").status_code == 200  # still inside the timeout
+        set_last_seen(client, 601)
+        assert client.get("/api/documents").status_code == 401
+        assert stored_session(client, cookie) is None  # deleted, not just refused
+        use_cookie(client, cookie)
+        page = client.get("/c/1", follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"].startswith("/login")
+        htmx = client.get("/ui/status", headers={"HX-Request": "true"})
+        assert htmx.status_code == 401 and htmx.headers["hx-redirect"].startswith("/login")
+
+
+def test_use_keeps_a_session_alive_with_at_most_one_write_a_minute(tmp_path: Path) -> None:
+    with signed_in(fake_settings(tmp_path, session_idle_s=600)) as client:
+        cookie = client.cookies[COOKIE_NAME]
+        set_last_seen(client, 30)
+        seen = stored_session(client, cookie)["last_seen_at"]
+        for _ in range(3):
+            assert client.get("/api/documents").status_code == 200
+        assert stored_session(client, cookie)["last_seen_at"] == seen  # recent enough: no write
+        set_last_seen(client, 500)
+        assert client.get("/").status_code == 200
+        assert time.time() - stored_session(client, cookie)["last_seen_at"] < 5  # written
+        set_last_seen(client, 590)
+        for _ in range(2):  # each request renews it: used every 590 s, it never times out
+            assert client.get("/api/documents").status_code == 200
+            with client.app.state.services.db.write() as db:
+                db.execute("UPDATE sessions SET last_seen_at = last_seen_at - 590")
+        assert client.get("/api/documents").status_code == 200
+
+
+def test_the_uis_background_polls_do_not_keep_a_session_alive(tmp_path: Path) -> None:
+    with signed_in(fake_settings(tmp_path, session_idle_s=600)) as client:
+        cookie = client.cookies[COOKIE_NAME]
+        set_last_seen(client, 300)
+        seen = stored_session(client, cookie)["last_seen_at"]
+        for path in ("/ui/status", "/ui/library"):
+            assert client.get(path, headers={"HX-Request": "true"}).status_code == 200
+        assert stored_session(client, cookie)["last_seen_at"] == seen
+        set_last_seen(client, 601)  # the open tab kept polling, nobody used it
+        assert client.get("/ui/status", headers={"HX-Request": "true"}).status_code == 401
+
+
+def test_every_timed_poll_in_the_templates_is_a_background_poll() -> None:
+    """``BACKGROUND_POLLS`` names what the UI requests on a timer: a new poll must be added
+    there, or an open tab would keep its session alive for ever."""
+    templates = Path(__file__).resolve().parent.parent / "templates"
+    polls = []
+    for template in templates.glob("*.html"):
+        for element in re.findall(r"<[^>]*hx-trigger=\"[^\"]*every [^>]*>", template.read_text()):
+            url = re.search(r'hx-get="([^"]+)"', element)
+            assert url is not None, f"{template.name}: a timed trigger without hx-get"
+            polls.append(re.sub(r"\{\{[^}]*\}\}", "7", url.group(1)))
+    assert len(polls) >= 4
+    for path in polls:
+        assert BACKGROUND_POLLS.fullmatch(path), path
+    for path in ("/", "/c/1", "/ui/ask", "/ui/answers/1/stream", "/api/documents"):
+        assert not BACKGROUND_POLLS.fullmatch(path), path
+
+
+def test_an_idle_timeout_of_zero_leaves_only_the_lifetime(tmp_path: Path) -> None:
+    with signed_in(fake_settings(tmp_path, session_idle_s=0)) as client:
+        set_last_seen(client, 30 * 86400)
+        assert client.get("/api/documents").status_code == 200
+        with client.app.state.services.db.write() as db:
+            db.execute("UPDATE sessions SET expires_at = ?", [time.time() - 1])
+        assert client.get("/api/documents").status_code == 401
+        assert (
+            client.app.state.services.db.read()
+            .execute("SELECT COUNT(*) FROM sessions")
+            .fetchone()[0]
+            == 0
+        )

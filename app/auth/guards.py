@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 from typing import Any
 
 from litestar.connection import ASGIConnection, Request
@@ -28,6 +29,10 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf_token"
 API_PREFIXES = ("/api/", "/v1/", "/metrics")
+# What the UI requests on its own, on a timer (``hx-trigger="every …"``): not use of the
+# session, or an open tab left alone would never reach the idle timeout. A test keeps this
+# in step with the templates.
+BACKGROUND_POLLS = re.compile(r"/ui/(status|library|documents/\d+/(row|table-row))")
 
 
 class NotAuthenticated(AppError):
@@ -70,22 +75,44 @@ def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-def identify(connection: ASGIConnection[Any, Any, Any, Any], auth: Auth) -> Principal | None:
+async def identify(connection: ASGIConnection[Any, Any, Any, Any], auth: Auth) -> Principal | None:
     """The key's principal when an Authorization header is sent (a bad key is no one, even
     with a cookie), else the session's."""
     token = bearer_token(connection)
     if token is not None:
         return auth.keys.authenticate(token) if token else None
     cookie = connection.cookies.get(COOKIE_NAME)
-    session = auth.sessions.get(cookie) if cookie else None
-    return Principal(session.user, csrf_token=session.csrf_token) if session else None
+    return await session_principal(connection, auth, cookie) if cookie else None
+
+
+async def session_principal(
+    connection: ASGIConnection[Any, Any, Any, Any], auth: Auth, cookie: str
+) -> Principal | None:
+    """The session's user. A session past its lifetime or idle timeout is deleted (so the
+    cookie is no one from now on); a live one's use is recorded, at most once a minute,
+    unless the request is one of the UI's background polls."""
+    sessions = auth.sessions
+    session = sessions.find(cookie)
+    if session is None:
+        return None
+    if not sessions.live(session):
+        await asyncio.to_thread(sessions.delete, cookie)
+        return None
+    if sessions.touch_due(session) and not is_background_poll(connection):
+        await asyncio.to_thread(sessions.touch, cookie)
+    return Principal(session.user, csrf_token=session.csrf_token)
+
+
+def is_background_poll(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    method = connection.scope.get("method", "GET")
+    return method == "GET" and BACKGROUND_POLLS.fullmatch(connection.url.path) is not None
 
 
 async def require_principal(
     connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
 ) -> None:
     auth = auth_of(connection)
-    principal = identify(connection, auth)
+    principal = await identify(connection, auth)
     connection.scope["user"] = principal
     set_access(Access(principal, auth.members.readable(principal)) if principal else NO_ACCESS)
     if handler.opt.get("public") or connection.scope.get("method") == "OPTIONS":

@@ -84,7 +84,10 @@ class AuthPages(Controller):
             context = {"next": safe_next(data.next), "error": "Wrong user name or password."}
             return Template("login.html", context=context, status_code=401)
         auth.logins.succeeded(name, address)
-        token, _ = await asyncio.to_thread(auth.sessions.create, user)
+        # A new session id and CSRF token; the session the browser came with (if any) ends,
+        # so a cookie planted or kept from before sign-in is worth nothing afterwards.
+        previous = request.cookies.get(COOKIE_NAME)
+        token, _ = await asyncio.to_thread(auth.sessions.create, user, replacing=previous)
         lifetime = int(auth.sessions.lifetime_s)
         return Redirect(
             safe_next(data.next),

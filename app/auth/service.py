@@ -44,7 +44,7 @@ def passwords_for(settings: Settings) -> Passwords:
 def open_auth(settings: Settings, db: Database) -> Auth:
     return Auth(
         users=Users(db, passwords_for(settings)),
-        sessions=Sessions(db, settings.session_lifetime_s),
+        sessions=Sessions(db, settings.session_lifetime_s, settings.session_idle_s),
         keys=ApiKeys(db),
         members=Members(db),
         ownership=Ownership(db),
