@@ -103,7 +103,12 @@ class _BackendGauges(Collector):
         yield from families.values()
 
 
-@get("/metrics", media_type="text/plain; version=0.0.4", sync_to_thread=False)
+@get(
+    "/metrics",
+    media_type="text/plain; version=0.0.4",
+    sync_to_thread=False,
+    opt={"monitoring": True},  # admins only: Prometheus scrapes with an admin's API key
+)
 def metrics_endpoint(state: State) -> Response[bytes]:
     metrics: Metrics = state.services.metrics
     return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,7 +1,8 @@
 """The one app-wide guard: who is asking, may they, and not too often.
 
 Every route handler runs it. Handlers marked ``opt={"public": True}`` (health, login,
-static files) are the explicit allowlist; ``opt={"admin": True}`` needs the admin role.
+static files) are the explicit allowlist; ``opt={"admin": True}`` needs the admin role;
+``opt={"monitoring": True}`` (metrics) an admin's session or key, read-only will do.
 Requests authenticated by the session cookie must also carry the session's CSRF token
 (``X-CSRF-Token`` header, which htmx sends from ``hx-headers``, or a ``csrf_token`` form
 field) on every state-changing method, and may not come from a foreign origin. Bearer
@@ -125,6 +126,8 @@ async def require_principal(
         await check_csrf(connection, principal)
     if handler.opt.get("admin") and (not principal.is_admin or principal.restricted):
         raise Forbidden("this needs the admin role (and no read-only or collection-limited key)")
+    if handler.opt.get("monitoring") and not principal.may_monitor:
+        raise Forbidden("this needs an admin's session or key (not collection-limited)")
     if handler.opt.get("account") and not principal.via_session:
         raise Forbidden("keys and passwords are managed from a signed-in session, not with a key")
     if connection.url.path.startswith(API_PREFIXES) or method not in SAFE_METHODS:

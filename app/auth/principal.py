@@ -50,5 +50,11 @@ class Principal:
         return self.key_id is not None and (self.read_only or self.key_collections is not None)
 
     @property
+    def may_monitor(self) -> bool:
+        """Metrics and health detail: an admin's session or key; a read-only key is enough
+        (Prometheus needs nothing more), a collection-limited one is not."""
+        return self.is_admin and self.key_collections is None
+
+    @property
     def rate_key(self) -> str:
         return f"key:{self.key_id}" if self.key_id is not None else f"user:{self.user.id}"

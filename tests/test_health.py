@@ -1,0 +1,70 @@
+"""``/health/live`` and ``/health/ready``: public status for probes, the detail for admins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from litestar.testing import TestClient
+
+from app.factory import create_app
+from tests.conftest import add_key, add_user, fake_settings, login
+
+
+def broken_generator_app(tmp_path: Path) -> TestClient[Any]:
+    settings = fake_settings(
+        tmp_path, generator_backend="llama-cpp", generator_model=tmp_path / "secret-model.gguf"
+    )
+    return TestClient(create_app(settings))
+
+
+def test_a_ready_server_says_only_ready(anonymous_client: TestClient[Any]) -> None:
+    assert anonymous_client.get("/health/live").json() == {"status": "ok", "detail": None}
+    ready = anonymous_client.get("/health/ready")
+    assert ready.status_code == 200 and ready.json() == {"status": "ready", "detail": None}
+
+
+def test_anonymous_probes_get_the_kind_of_problem_and_admins_its_text(tmp_path: Path) -> None:
+    with broken_generator_app(tmp_path) as client:
+        client.app.state.services.wait_until_loaded(30)
+        add_user(client, "ann")  # staff
+        add_user(client, "root", "admin")
+        anonymous = client.get("/health/ready")
+        assert anonymous.status_code == 503 and anonymous.headers["retry-after"] == "5"
+        assert anonymous.json() == {"status": "failed", "detail": "the generator failed to load"}
+        assert "secret-model" not in anonymous.text and str(tmp_path) not in anonymous.text
+        login(client, "ann")
+        assert client.get("/health/ready").json() == anonymous.json()  # staff: the same
+        client.cookies.clear()
+        staff_key = {"Authorization": f"Bearer {add_key(client, 'ann')}"}
+        assert client.get("/health/ready", headers=staff_key).json() == anonymous.json()
+        login(client, "root")
+        detail = client.get("/health/ready").json()["detail"]
+        assert "generator failed to load" in detail and "secret-model.gguf" in detail
+        client.cookies.clear()
+        admin_key = {"Authorization": f"Bearer {add_key(client, 'root', read_only=True)}"}
+        admin = client.get("/health/ready", headers=admin_key)
+        assert admin.status_code == 503 and "secret-model.gguf" in admin.json()["detail"]
+
+
+def test_each_kind_of_problem_is_told_in_fixed_words(anonymous_client: TestClient[Any]) -> None:
+    services = anonymous_client.app.state.services
+    services.load_errors.append("the embedder failed to load: OSError: /srv/models/x: denied")
+    services.parser.problem = "the parser process does not start (/opt/secret/python)"
+    body = anonymous_client.get("/health/ready").json()
+    assert body == {
+        "status": "failed",
+        "detail": "the embedder failed to load; the document parser does not start",
+    }
+    services.load_errors[:] = ["something unforeseen at /srv/secret"]
+    services.parser.problem = None
+    assert anonymous_client.get("/health/ready").json()["detail"] == "a component failed to load"
+    services.load_errors.clear()
+    assert anonymous_client.get("/health/ready").status_code == 200
+
+
+def test_a_bad_key_on_a_probe_is_anonymous(tmp_path: Path) -> None:
+    with broken_generator_app(tmp_path) as client:
+        client.app.state.services.wait_until_loaded(30)
+        bad = client.get("/health/ready", headers={"Authorization": "Bearer rdk_nope"})
+        assert bad.status_code == 503 and "secret-model" not in bad.text

@@ -1,0 +1,44 @@
+"""``/metrics`` is for admins: their session, or an admin's key (Prometheus scrapes with one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.testing import TestClient
+
+from tests.conftest import add_key, add_user, login
+
+SAMPLE = "ragdesk_requests_running"
+
+
+def scrape(client: TestClient[Any], key: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return client.get("/metrics", headers=headers)
+
+
+def test_admins_and_their_keys_may_scrape(client: TestClient[Any]) -> None:
+    assert SAMPLE in scrape(client).text  # the signed-in admin
+    full, read_only = add_key(client), add_key(client, read_only=True)
+    client.cookies.clear()
+    for key in (full, read_only):  # a read-only admin key is all Prometheus needs
+        response = scrape(client, key)
+        assert response.status_code == 200 and SAMPLE in response.text
+        assert response.headers["content-type"].startswith("text/plain")
+
+
+def test_staff_and_collection_limited_keys_may_not(client: TestClient[Any]) -> None:
+    collection = client.app.state.services.collection_id
+    limited = add_key(client, collections=[collection])
+    add_user(client, "ann")
+    staff_key = add_key(client, "ann")
+    client.cookies.clear()
+    for key in (limited, staff_key):
+        refused = scrape(client, key)
+        assert refused.status_code == 403 and SAMPLE not in refused.text
+        assert refused.json()["error"]["status"] == 403
+    login(client, "ann")
+    assert scrape(client).status_code == 403
+    client.cookies.clear()
+    client.headers.pop("X-CSRF-Token")
+    assert scrape(client).status_code == 401
+    assert scrape(client, "rdk_nope").status_code == 401
