@@ -75,7 +75,7 @@ async def start(
     models = services.require_models()
     settings = services.settings
     deadline = time.monotonic() + settings.request_timeout_s
-    args = (models, data, prompt_for, max_tokens, response_format, settings.max_tokens_cap)
+    args = (models, data, prompt_for, max_tokens, response_format)
     model, completion, strip = await asyncio.to_thread(_submit, *args, deadline)
     first = await completion.first()
     if isinstance(first, Finished) and first.reason == "error":
@@ -89,18 +89,14 @@ def _submit(
     prompt_for: PromptFor,
     max_tokens: int | None,
     response_format: ResponseFormat | None,
-    cap: int,
     deadline: float,
 ) -> tuple[str, Completion, bool]:
     """Off the event loop, in one hop: model loading, templating, grammar, tokenisation."""
     backend = models.get(data.model)
     prompt = prompt_for(backend)
-    if max_tokens is None:  # OpenAI's default: as much as the context leaves
-        room = backend.context_tokens - backend.count_tokens(prompt.text)
-        max_tokens = max(1, min(cap, room))
     stop = [data.stop] if isinstance(data.stop, str) else list(data.stop or [])
     params = SamplingParams(
-        max_tokens=max_tokens,
+        max_tokens=max_tokens,  # None: as much as the context leaves, as OpenAI does
         temperature=1.0 if data.temperature is None else data.temperature,
         top_k=data.top_k,
         top_p=1.0 if data.top_p is None else data.top_p,

@@ -22,6 +22,7 @@ from llm.engine.params import (
     FinishReason,
     TextDelta,
     Usage,
+    token_budget,
 )
 from llm.prompt import CompletionFormat, PromptFormat
 
@@ -62,6 +63,7 @@ class FakeBackend:
     name: str = "fake"
     device: str = "CPU"
     context_tokens: int = 4096
+    max_tokens_cap: int = 2048
     token_delay_s: float = 0.0
     memory_bytes: int = 0
     observer: EngineObserver | None = None
@@ -80,26 +82,37 @@ class FakeBackend:
 
     def submit(self, request: CompletionRequest) -> Completion:
         prompt_tokens = self.count_tokens(request.prompt)
-        if prompt_tokens + request.params.max_tokens > self.context_tokens:
-            raise ContextOverflow(prompt_tokens, request.params.max_tokens, self.context_tokens)
+        params, context = request.params, self.context_tokens
+        budget = token_budget(params.max_tokens, prompt_tokens, context, self.max_tokens_cap)
+        if prompt_tokens + budget > self.context_tokens:
+            raise ContextOverflow(prompt_tokens, budget, self.context_tokens)
         with self._lock:
             self.history.append(request)
             tokens = self._scripted.popleft() if self._scripted else _quote(request.prompt)
             self._running += 1
         completion = Completion()
         threading.Thread(
-            target=self._produce, args=(request, tokens, prompt_tokens, completion), daemon=True
+            target=self._produce,
+            args=(request, tokens[:budget], prompt_tokens, completion),
+            kwargs={"truncated": len(tokens) > budget},
+            daemon=True,
         ).start()
         return completion
 
     def _produce(
-        self, request: CompletionRequest, tokens: list[str], prompt: int, out: Completion
+        self,
+        request: CompletionRequest,
+        tokens: list[str],
+        prompt: int,
+        out: Completion,
+        *,
+        truncated: bool,
     ) -> None:
         reason: FinishReason = "length"
         sent = 0
         text = ""
         try:
-            for token in tokens[: request.params.max_tokens]:
+            for token in tokens:
                 if out.wait_cancelled(self.token_delay_s):
                     reason = "cancelled"
                     break
@@ -115,7 +128,7 @@ class FakeBackend:
                 out.push(TextDelta(token))
                 sent += 1
             else:
-                reason = "stop" if len(tokens) <= request.params.max_tokens else "length"
+                reason = "length" if truncated else "stop"
             if out.cancelled:
                 reason = "cancelled"
         finally:

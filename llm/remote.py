@@ -23,11 +23,12 @@ from llm.engine.params import (
     Overloaded,
     TextDelta,
     Usage,
+    token_budget,
 )
 from llm.prompt import CompletionFormat, PromptFormat
 
 _GUARD_POLL_S = 0.05  # how late a deadline may be noticed; cancellation wakes at once
-_SAMPLING: tuple[str, ...] = ("max_tokens", "temperature", "top_p", "top_k", "min_p")
+_SAMPLING: tuple[str, ...] = ("temperature", "top_p", "top_k", "min_p")
 _SAMPLING += ("frequency_penalty", "presence_penalty")  # OpenAI's, vLLM's and llama.cpp's names
 
 
@@ -166,6 +167,9 @@ class RemoteBackend:
     def _body(self, request: CompletionRequest) -> dict[str, Any]:
         p = request.params
         body: dict[str, Any] = {name: getattr(p, name) for name in _SAMPLING}
+        prompt_tokens = self.count_tokens(request.prompt)  # upstream checks the real count
+        context = self.context_tokens
+        body["max_tokens"] = token_budget(p.max_tokens, prompt_tokens, context, context)
         body["repeat_penalty"] = body["repetition_penalty"] = p.repeat_penalty  # llama.cpp, vLLM
         body.update(model=self.remote_model, prompt=request.prompt, stop=list(p.stop))
         body.update(stream=True, stream_options={"include_usage": True})

@@ -153,6 +153,16 @@ def test_json_schema_output_is_enforced_by_the_grammar(model: LocalModel) -> Non
     assert isinstance(value["city"], str) and isinstance(value["year"], int), finished
 
 
+def test_without_max_tokens_a_request_gets_what_the_context_leaves(model: LocalModel) -> None:
+    prompt = "Count: " + "1, 2, 3, 4, " * 160
+    room = 2048 - model.count_tokens(prompt)
+    assert 0 < room < 300
+    _text, finished = run(model, CompletionRequest(prompt, SamplingParams(None, 0)))
+    assert finished.reason in ("length", "stop") and 0 < finished.usage.completion_tokens <= room
+    with pytest.raises(ContextOverflow):  # no room left at all
+        model.submit(CompletionRequest("word " * 3000, SamplingParams(None, 0)))
+
+
 def test_refusals_come_before_any_inference(model: LocalModel) -> None:
     with pytest.raises(ContextOverflow) as overflow:
         model.submit(CompletionRequest("word " * 3000, SamplingParams(max_tokens=16)))

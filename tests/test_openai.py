@@ -115,7 +115,7 @@ def test_max_completion_tokens_wins_and_nulls_mean_defaults(api: TestClient[Any]
     nulls = dict.fromkeys(["temperature", "top_p", "n", "stream", "stop", "seed", "max_tokens"])
     assert api.post("/v1/chat/completions", json={"messages": USER_HI, **nulls}).status_code == 200
     params = fake_model(api).history[-1].params
-    assert params.max_tokens == 2048  # the cap: 4096 would not fit
+    assert params.max_tokens is None  # as much as the context leaves, up to the cap
     assert (
         params.temperature == 1.0
         and params.top_p == 1.0

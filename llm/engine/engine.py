@@ -30,6 +30,7 @@ from llm.engine.params import (
     Overloaded,
     TextDelta,
     Usage,
+    token_budget,
 )
 from llm.engine.prefix_cache import PrefixCache
 from llm.engine.sequence import Seq
@@ -94,10 +95,11 @@ class Engine:
     def submit(self, request: CompletionRequest) -> Completion:
         """Admit a request or refuse it at once (``Overloaded``, ``ContextOverflow``)."""
         params = request.params
-        max_tokens = min(params.max_tokens, self.config.max_tokens_cap)
-        if max_tokens < 1:
+        if params.max_tokens is not None and params.max_tokens < 1:
             raise InvalidRequest("max_tokens must be at least 1")
         prompt = self.native.tokenize(request.prompt)
+        cap = self.config.max_tokens_cap
+        max_tokens = token_budget(params.max_tokens, len(prompt), self.context_tokens, cap)
         if len(prompt) + max_tokens > self.context_tokens:
             self._reject("context")
             raise ContextOverflow(len(prompt), max_tokens, self.context_tokens)

@@ -9,14 +9,24 @@ from typing import Literal
 FinishReason = Literal["stop", "length", "cancelled", "deadline", "error"]
 
 
+def token_budget(max_tokens: int | None, prompt_tokens: int, context: int, cap: int) -> int:
+    """Tokens a request may generate: what it asked for, or what the context leaves when
+    it did not ask; at most ``cap``. Callers refuse a prompt that leaves no room."""
+    if max_tokens is None:
+        return max(1, min(context - prompt_tokens, cap))
+    return min(max_tokens, cap)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Per-request sampling, done in C by a llama.cpp sampler chain.
 
     ``temperature`` 0 is greedy. ``stop`` strings end the text and are never emitted.
+    ``max_tokens`` None is OpenAI's default: as many as the context leaves (see
+    :func:`token_budget`).
     """
 
-    max_tokens: int = 256
+    max_tokens: int | None = 256
     temperature: float = 0.8
     top_k: int = 40
     top_p: float = 0.95
