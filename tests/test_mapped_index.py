@@ -68,7 +68,6 @@ def test_a_large_checkpoint_is_searched_mapped_with_writes_layered_over_it(
     twin.add(0, 400, seed=1)
     twin.index.save(tmp_path)
     assert twin.index.mapped
-    base_file = read_manifest(tmp_path).file
     twin.add(400, 450, seed=2)  # into the layer over the base
     twin.remove(3, 7, 420)  # two tombstones in the base, one from the layer
     twin.assert_same()
