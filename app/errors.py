@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
@@ -106,12 +106,35 @@ def _title_for(status: int) -> str:
 
 
 def _to_login(request: Request[Any, Any, Any]) -> Response[Any]:
-    """Pages send a visitor without a session to sign in, and back here afterwards."""
-    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    """Pages send a visitor without a session to sign in, and back here afterwards.
+
+    An htmx request (a background poll, a form) is a fragment, not a page: back to the page
+    that made it (``HX-Current-URL``) if that is one of ours, else to the start page."""
+    htmx = bool(request.headers.get("hx-request"))
+    if htmx:
+        here = _page_of_htmx(request)
+    else:
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     target = "/login" if here == "/" else f"/login?{urlencode({'next': here})}"
-    if request.headers.get("hx-request"):  # htmx follows HX-Redirect with a full page load
+    if htmx:  # htmx follows HX-Redirect with a full page load
         return Response("", status_code=401, headers={"HX-Redirect": target})
     return Redirect(target, status_code=303)
+
+
+def _page_of_htmx(request: Request[Any, Any, Any]) -> str:
+    """The path (and query) of the page an htmx request came from: only a page of this
+    origin, and only a plain local path; ``/`` otherwise."""
+    from app.auth.routes import safe_next  # the login form checks ``next`` with it too
+
+    current = urlsplit(request.headers.get("hx-current-url", ""))
+    if (current.scheme or current.netloc) and (
+        current.scheme != request.url.scheme or current.netloc != request.url.netloc
+    ):
+        return "/"
+    path = current.path + (f"?{current.query}" if current.query else "")
+    if "\\" in path or not path.startswith("/") or path.startswith("//"):
+        return "/"
+    return safe_next(path)
 
 
 def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

@@ -6,6 +6,7 @@ import re
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from litestar.testing import TestClient
@@ -304,6 +305,49 @@ def test_a_session_unused_past_the_idle_timeout_is_refused_and_deleted(tmp_path:
         assert page.status_code == 303 and page.headers["location"].startswith("/login")
         htmx = client.get("/ui/status", headers={"HX-Request": "true"})
         assert htmx.status_code == 401 and htmx.headers["hx-redirect"].startswith("/login")
+
+
+def test_an_htmx_request_of_an_ended_session_signs_in_back_to_the_page_it_came_from(
+    tmp_path: Path,
+) -> None:
+    """A background poll (``/ui/status``) is not a page: after signing in, the browser goes
+    back to the page that polled (htmx's ``HX-Current-URL``), and only if it is ours."""
+    with signed_in(fake_settings(tmp_path, session_idle_s=600)) as client:
+        set_last_seen(client, 601)
+        page = f"{client.base_url}/c/1?q=a+b"
+
+        def sign_in_from(current: str | None) -> str:
+            headers = {"HX-Request": "true"}
+            if current is not None:
+                headers["HX-Current-URL"] = current
+            poll = client.get("/ui/status", headers=headers)
+            assert poll.status_code == 401
+            target = urlsplit(poll.headers["hx-redirect"])
+            assert target.path == "/login"
+            return parse_qs(target.query).get("next", ["/"])[0]
+
+        assert sign_in_from(page) == "/c/1?q=a+b"
+        assert sign_in_from("/c/2") == "/c/2"  # relative: ours
+        for foreign in (
+            "https://evil.example/c/1",
+            "//evil.example/c/1",
+            f"https://{client.base_url.host}/c/1",  # another scheme is another origin
+            f"{client.base_url}//evil.example/x",
+            f"{client.base_url}/\\evil.example",
+            "/c/1\\x",
+            "javascript:alert(1)",
+            "",
+            None,  # no header: not the fragment's own path either
+        ):
+            assert sign_in_from(foreign) == "/", foreign
+        # The login form carries it through, and the handler still checks it.
+        next_page = sign_in_from(page)
+        back = client.post(
+            "/login",
+            data={"name": TEST_USER, "password": TEST_PASSWORD, "next": next_page},
+            follow_redirects=False,
+        )
+        assert back.status_code == 303 and back.headers["location"] == "/c/1?q=a+b"
 
 
 def test_use_keeps_a_session_alive_with_at_most_one_write_a_minute(tmp_path: Path) -> None:
