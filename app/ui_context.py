@@ -8,7 +8,9 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from app.auth.access import readable_collections, readable_documents, visible_conversation_ids
+from app.auth.scope import current_access
 from app.conversations import Conversation, Message
+from app.routes.health import kind_of
 from app.services import Services
 from retrieval.records import DocumentRecord
 
@@ -81,7 +83,7 @@ def status_context(services: Services) -> dict[str, Any]:
     stats = [m.stats() for m in models]
     return {
         "ready": services.ready,
-        "problem": services.problem,
+        "problem": _problem_for_caller(services),
         "model": ", ".join(m.name for m in models) or None,
         "device": ", ".join(sorted({m.device for m in models})) or None,
         "running": sum(s.running for s in stats),
@@ -93,3 +95,15 @@ def status_context(services: Services) -> dict[str, Any]:
         ),
         "queue": retrieval.worker.pending if retrieval else 0,
     }
+
+
+def _problem_for_caller(services: Services) -> str | None:
+    """Why the service is not ready: its own text (model paths, exception messages) for an
+    admin (``Principal.may_monitor``, as ``/health/ready``), the kind of problem in fixed
+    words for anyone else."""
+    problem = services.problem
+    if not problem:
+        return None
+    access = current_access()
+    principal = access.principal if access is not None else None
+    return problem if principal is not None and principal.may_monitor else kind_of(services)

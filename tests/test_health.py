@@ -68,3 +68,22 @@ def test_a_bad_key_on_a_probe_is_anonymous(tmp_path: Path) -> None:
         client.app.state.services.wait_until_loaded(30)
         bad = client.get("/health/ready", headers={"Authorization": "Bearer rdk_nope"})
         assert bad.status_code == 503 and "secret-model" not in bad.text
+
+
+def test_the_status_bar_tells_staff_the_kind_of_problem_and_admins_its_text(
+    tmp_path: Path,
+) -> None:
+    """The UI's status bar is no back door to what ``/health/ready`` keeps from staff."""
+    with broken_generator_app(tmp_path) as client:
+        client.app.state.services.wait_until_loaded(30)
+        add_user(client, "ann")  # staff
+        add_user(client, "root", "admin")
+        htmx = {"HX-Request": "true"}
+        login(client, "ann")
+        for page in (client.get("/ui/status", headers=htmx), client.get("/")):
+            assert page.status_code == 200
+            assert "the generator failed to load" in page.text
+            assert "secret-model" not in page.text and str(tmp_path) not in page.text
+        login(client, "root")
+        for page in (client.get("/ui/status", headers=htmx), client.get("/")):
+            assert page.status_code == 200 and "secret-model.gguf" in page.text
