@@ -7,6 +7,7 @@ change what a search returns.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import retrieval.index
+import retrieval.index_files
 from retrieval.index import FaissIndex
 from retrieval.index_files import read_manifest
 from retrieval.index_types import IndexSpec, new_ivf
@@ -24,7 +26,8 @@ MAPPED = IndexSpec(mmap_above_mb=0, compact_ratio=0.5)  # every checkpoint is ma
 
 def unit_vectors(n: int, seed: int = 0) -> np.ndarray:
     vectors = np.random.default_rng(seed).normal(size=(n, DIM)).astype(np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit: np.ndarray = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return unit
 
 
 def ids(start: int, stop: int) -> np.ndarray:
@@ -129,13 +132,17 @@ def test_writes_made_while_a_checkpoint_switches_structures_are_kept(
     writes that land meanwhile (deletes from request threads) must survive the switch."""
     twin = Twin(tmp_path)
     twin.add(0, 200, seed=1)
-    writes = iter(
-        [
-            lambda: (twin.add(200, 210, seed=3), twin.remove(1, 2)),
-            lambda: (twin.add(300, 305, seed=4), twin.remove(4, 205, 250)),
-        ]
-    )
-    real_write = retrieval.index.write_named
+
+    def first() -> None:
+        twin.add(200, 210, seed=3)
+        twin.remove(1, 2)
+
+    def second() -> None:
+        twin.add(300, 305, seed=4)
+        twin.remove(4, 205, 250)
+
+    writes = iter([first, second])
+    real_write = retrieval.index_files.write_named
 
     def write_and_meanwhile(*args: Any) -> tuple[str, str]:
         result = real_write(*args)
@@ -174,3 +181,49 @@ def test_an_ivf_checkpoint_is_mapped_too(tmp_path: Path) -> None:
     index.save(tmp_path)
     again = FaissIndex.load(tmp_path, model_id="m", dimension=DIM, spec=spec)
     assert again.mapped and again.kind == "ivf" and again.count == 1003
+
+
+def test_the_server_on_a_mapped_index_ingests_deletes_at_once_and_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every checkpoint mapped (RAGDESK_INDEX_MMAP_ABOVE_MB=0), through the HTTP API. One
+    passage a document; layers are merged past 1.5× the base, so the two first documents
+    end up in the base and a delete plus an upload stay layers, through a restart."""
+    import app.retrieval_settings
+    from tests.conftest import fake_settings, signed_in, upload, wait_for, wait_indexed
+
+    spec_of = app.retrieval_settings.index_spec
+    merging = lambda settings: replace(spec_of(settings), compact_ratio=1.5)  # noqa: E731
+    monkeypatch.setattr(app.retrieval_settings, "index_spec", merging)
+    settings = fake_settings(tmp_path / "data", index_mmap_above_mb=0)
+
+    def search(client: Any, query: str) -> set[int]:
+        hits = client.post("/api/search", json={"query": query, "k": 5}).json()["hits"]
+        return {hit["document_id"] for hit in hits}
+
+    with signed_in(settings) as client:
+        index = client.app.state.services.retrieval.worker.index
+        files = [
+            ("canteen.md", b"# Canteen\n\nThe canteen opens at noon for lunch."),
+            ("parking.md", b"# Parking\n\nParking permits are renewed every March."),
+        ]
+        first, second = (upload(client, file).json()["documents"][0] for file in files)
+        for document in (first, second):
+            wait_indexed(client, document["id"])
+        directory = client.app.state.services.retrieval.worker.index_dir
+        merged = wait_for(lambda: read_manifest(directory).count == 2 and read_manifest(directory))
+        assert index.mapped and merged.delta is None  # both in the mapped base
+        assert first["id"] in search(client, "canteen lunch noon")
+        assert client.delete(f"/api/documents/{first['id']}").status_code == 204
+        assert first["id"] not in search(client, "canteen lunch noon")  # a tombstone, at once
+        third = upload(client, ("leave.md", b"# Leave\n\nAnnual leave is 30 days.")).json()
+        wait_indexed(client, third["documents"][0]["id"])  # into the layer over the base
+        layered = wait_for(lambda: read_manifest(directory).tombstones is not None)
+        assert layered and read_manifest(directory).delta is not None  # both layers written
+        count = index.count
+    with signed_in(settings) as client:  # a restart loads the mapped base and its layers
+        index = client.app.state.services.retrieval.worker.index
+        assert index.mapped and index.count == count
+        assert first["id"] not in search(client, "canteen lunch noon")
+        assert second["id"] in search(client, "parking permits march")
+        assert third["documents"][0]["id"] in search(client, "annual leave days")
