@@ -33,6 +33,7 @@ from app.retrieval_settings import (
 from app.search_stages import batched, reranker
 from app.settings import Settings
 from llm.backend import Backend, FakeBackend
+from llm.engine.params import ModelUnavailable
 from llm.registry import Alias, Registry
 from retrieval.db import Database
 from retrieval.embedder import (
@@ -46,6 +47,10 @@ from retrieval.store import DocumentStore
 from retrieval.uploads import UploadFiles
 
 log = logging.getLogger(__name__)
+
+
+# Load errors read "the <component> failed to load: …".
+LOADED_COMPONENTS = ("embedder", "generator")
 
 
 @dataclass
@@ -85,14 +90,42 @@ class Services:
             return "the ingestion worker has stopped; see the server log"
         return self.parser.problem
 
+    @property
+    def problem_kind(self) -> str:
+        """What went wrong, in words that never come from the error itself: the error's
+        text names model files and exception messages, which only admins may see."""
+        kinds = [
+            f"the {component} failed to load"
+            for component in LOADED_COMPONENTS
+            if any(error.startswith(f"the {component} ") for error in self.load_errors)
+        ]
+        if self.load_errors and not kinds:
+            kinds.append("a component failed to load")
+        if self.retrieval is not None and not self.retrieval.worker.alive:
+            kinds.append("the ingestion worker has stopped")
+        if self.parser.problem:
+            kinds.append("the document parser does not start")
+        return "; ".join(kinds) or "not ready"
+
+    def problem_told(self, *, monitor: bool) -> str | None:
+        """The problem as a caller may hear it: its text for an admin (``monitor``:
+        ``Principal.may_monitor``), its kind in fixed words for anyone else."""
+        problem = self.problem
+        if not problem:
+            return None
+        return problem if monitor else self.problem_kind
+
+    def _not_ready(self) -> NotReady:
+        return NotReady(self.problem_kind) if self.problem else NotReady()
+
     def require_retrieval(self) -> Retrieval:
         if self.retrieval is None:
-            raise NotReady(self.problem) if self.problem else NotReady()
+            raise self._not_ready()
         return self.retrieval
 
     def require_models(self) -> Registry:
         if self.models is None:
-            raise NotReady(self.problem) if self.problem else NotReady()
+            raise self._not_ready()
         return self.models
 
     def loaded_models(self) -> list[Backend]:
@@ -100,7 +133,7 @@ class Services:
 
     def require_chat(self) -> ChatService:
         if self.chat is None:
-            raise NotReady(self.problem) if self.problem else NotReady()
+            raise self._not_ready()
         return self.chat
 
     def wait_until_loaded(self, timeout: float | None = None) -> bool:
@@ -146,7 +179,10 @@ def load_models(services: Services) -> None:
             services.chat = _load_chat(services, services.retrieval.retriever, services.models)
     except Exception as exc:
         log.exception("loading the generator failed")
-        services.load_errors.append(f"the generator failed to load: {type(exc).__name__}: {exc}")
+        cause = exc.__cause__ if isinstance(exc, ModelUnavailable) and exc.__cause__ else exc
+        services.load_errors.append(
+            f"the generator failed to load: {type(cause).__name__}: {cause}"
+        )
     services.mark_loaded()
 
 

@@ -10,7 +10,6 @@ from typing import Any
 from app.auth.access import readable_collections, readable_documents, visible_conversation_ids
 from app.auth.scope import current_access
 from app.conversations import Conversation, Message
-from app.routes.health import kind_of
 from app.services import Services
 from retrieval.records import DocumentRecord
 
@@ -98,12 +97,7 @@ def status_context(services: Services) -> dict[str, Any]:
 
 
 def _problem_for_caller(services: Services) -> str | None:
-    """Why the service is not ready: its own text (model paths, exception messages) for an
-    admin (``Principal.may_monitor``, as ``/health/ready``), the kind of problem in fixed
-    words for anyone else."""
-    problem = services.problem
-    if not problem:
-        return None
+    """Why the service is not ready, as ``/health/ready`` tells the caller."""
     access = current_access()
     principal = access.principal if access is not None else None
-    return problem if principal is not None and principal.may_monitor else kind_of(services)
+    return services.problem_told(monitor=principal is not None and principal.may_monitor)

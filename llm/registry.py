@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from llm.backend import Backend
-from llm.engine.params import Overloaded, UnknownModel
+from llm.engine.params import EngineError, ModelUnavailable, Overloaded, UnknownModel
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,15 @@ class Registry:
 
     def _load(self, name: str) -> Backend:
         log.info("loading model %s", name)
-        backend = self._loaders[name]()
+        try:
+            backend = self._loaders[name]()
+        except EngineError:
+            raise
+        except Exception as exc:  # the file's path and the library's words go to the log only
+            log.exception("loading model %s failed", name)
+            raise ModelUnavailable(
+                f"model {name!r} could not be loaded; see the server log"
+            ) from exc
         if self.memory_budget_bytes is not None:
             try:
                 self._make_room(backend.memory_bytes, keep=name)

@@ -87,3 +87,23 @@ def test_the_status_bar_tells_staff_the_kind_of_problem_and_admins_its_text(
         login(client, "root")
         for page in (client.get("/ui/status", headers=htmx), client.get("/")):
             assert page.status_code == 200 and "secret-model.gguf" in page.text
+
+
+def test_requests_that_need_a_failed_model_get_its_kind_not_its_text(tmp_path: Path) -> None:
+    """Asking a question while the generator failed to load is a 503 that names no file."""
+    with broken_generator_app(tmp_path) as client:
+        client.app.state.services.wait_until_loaded(30)
+        add_user(client, "root", "admin")
+        key = {"Authorization": f"Bearer {add_key(client, 'root')}"}
+        chat = client.post("/api/chat", json={"message": "When is lunch?"}, headers=key)
+        assert chat.status_code == 503 and "the generator failed to load" in chat.text
+        messages = [{"role": "user", "content": "hi"}]
+        for path, body in (
+            ("/v1/chat/completions", {"model": "default", "messages": messages}),
+            ("/api/completions", {"prompt": "Hello"}),
+        ):
+            response = client.post(path, json=body, headers=key)  # a load is tried again
+            assert response.status_code == 503, (path, response.text)
+            assert "could not be loaded" in response.text, path
+            assert str(tmp_path) not in response.text and ".gguf" not in response.text
+        assert str(tmp_path) not in chat.text and ".gguf" not in chat.text

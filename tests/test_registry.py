@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from llm.backend import Backend, FakeBackend
-from llm.engine.params import Overloaded, UnknownModel
+from llm.engine.params import ModelUnavailable, Overloaded, UnknownModel
 from llm.registry import Alias, Registry
 
 
@@ -93,6 +93,21 @@ def test_unknown_name_raises_unknown_model() -> None:
 
 def test_unknown_model_maps_to_a_client_error() -> None:
     assert UnknownModel("x").status < 500
+
+
+def test_a_model_that_fails_to_load_is_unavailable_and_tried_again() -> None:
+    attempts: list[int] = []
+
+    def broken() -> Backend:
+        attempts.append(1)
+        raise RuntimeError("llama.cpp could not load /secret/path/model.gguf")
+
+    registry = Registry({"broken": broken})
+    for _ in range(2):
+        with pytest.raises(ModelUnavailable) as unavailable:
+            registry.get("broken")
+        assert unavailable.value.status == 503 and "/secret" not in unavailable.value.detail
+    assert len(attempts) == 2 and registry.loaded() == []
 
 
 def test_close_closes_every_loaded_model() -> None:

@@ -17,8 +17,6 @@ from app.auth.guards import current_principal
 from app.schemas import Health
 from app.services import Services
 
-COMPONENTS = ("embedder", "generator")  # load errors read "the <component> failed to load: …"
-
 
 @get("/health/live", sync_to_thread=False, opt={"public": True})
 def live() -> Health:
@@ -32,29 +30,11 @@ def ready(request: Request[Any, Any, Any], state: State) -> Response[Health]:
     services: Services | None = getattr(state, "services", None)
     if services is not None and services.ready:
         return Response(Health(status="ready"), status_code=HTTP_200_OK)
-    problem = services.problem if services is not None else None
-    detail = None
-    if problem and services is not None:
-        principal = current_principal(request)
-        detail = problem if principal is not None and principal.may_monitor else kind_of(services)
+    principal = current_principal(request)
+    monitor = principal is not None and principal.may_monitor
+    detail = services.problem_told(monitor=monitor) if services is not None else None
     return Response(
-        Health(status="failed" if problem else "starting", detail=detail),
+        Health(status="failed" if detail else "starting", detail=detail),
         status_code=HTTP_503_SERVICE_UNAVAILABLE,
         headers={"Retry-After": "5"},
     )
-
-
-def kind_of(services: Services) -> str:
-    """What went wrong, in words that never come from the error itself."""
-    kinds = [
-        f"the {component} failed to load"
-        for component in COMPONENTS
-        if any(error.startswith(f"the {component} ") for error in services.load_errors)
-    ]
-    if services.load_errors and not kinds:
-        kinds.append("a component failed to load")
-    if services.retrieval is not None and not services.retrieval.worker.alive:
-        kinds.append("the ingestion worker has stopped")
-    if services.parser.problem:
-        kinds.append("the document parser does not start")
-    return "; ".join(kinds) or "not ready"

@@ -143,5 +143,11 @@ class UnknownModel(EngineError):
     status = 404
 
 
+class ModelUnavailable(EngineError):
+    """A model that exists but could not be loaded (a broken or missing file, no memory)."""
+
+    status = 503
+
+
 class BackendFailed(EngineError):
     status = 502
