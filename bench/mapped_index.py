@@ -10,16 +10,17 @@ once; each mode then runs in its own fresh process, so memory figures are that p
   RAM the kernel cannot reclaim; a mapped file's pages count as ``RssFile`` and are evicted
   under pressure);
 * *search*: p50 / p95 of unfiltered and collection-scoped (10 % of ids) searches, k = 50;
+* *cold*: load and first search again, after the files were evicted from the page cache
+  (``posix_fadvise(DONTNEED)``), as after a reboot: what start-up reads from disk;
 * *checkpoint*: one ``save`` after a document's worth of writes (50 added, 50 deleted):
   the whole index in memory, only the layers over a mapped base.
-
-The file stays in the page cache (it was just written), so a cold disk is not measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -57,8 +58,33 @@ def rss_kb() -> dict[str, int]:
     return fields
 
 
+def evict(directory: Path) -> None:
+    """Drop the checkpoint's files from the page cache: the next read goes to the disk."""
+    for path in directory.glob("chunks*"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cold_start(directory: Path, spec: IndexSpec) -> dict[str, float]:
+    """Load and one search with nothing of the index in the page cache."""
+    evict(directory)
+    started = time.perf_counter()
+    index = FaissIndex.load(directory, model_id="m", dimension=DIM, spec=spec)
+    loaded = time.perf_counter()
+    index.search(np.random.default_rng(2).normal(size=DIM).astype(np.float32), 50)
+    searched = time.perf_counter()
+    return {
+        "cold_load_s": round(loaded - started, 3),
+        "cold_first_search_s": round(searched - loaded, 3),
+    }
+
+
 def child(directory: Path, mode: str, queries: int) -> dict[str, Any]:
-    """One mode in this (fresh) process."""
+    """One mode in this (fresh) process, the files in the page cache."""
     spec = IndexSpec(mmap_above_mb=MODES[mode], use_gpu=False)
     before = rss_kb()
     started = time.perf_counter()
@@ -95,14 +121,16 @@ def child(directory: Path, mode: str, queries: int) -> dict[str, Any]:
 
 
 def run_mode(directory: Path, mode: str, queries: int) -> dict[str, Any]:
-    """``mode`` in a fresh process, on a private copy of the checkpoint (saves change it)."""
-    copy = directory.parent / f"{directory.name}-{mode}"
-    subprocess.run(["cp", "-r", str(directory), str(copy)], check=True)
-    command = [sys.executable, "-m", "bench.mapped_index", "--child", mode, str(copy)]
-    output = subprocess.run(
-        [*command, "--queries", str(queries)], check=True, capture_output=True, text=True
-    ).stdout
-    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    """``mode`` in fresh processes, each on a private copy of the checkpoint (saves change
+    it): warm (the copy was just written, so it is in the page cache), then cold."""
+    result: dict[str, Any] = {}
+    for phase in ("warm", "cold"):
+        copy = directory.parent / f"{directory.name}-{mode}-{phase}"
+        subprocess.run(["cp", "-r", str(directory), str(copy)], check=True)
+        command = [sys.executable, "-m", "bench.mapped_index", "--child", mode, str(copy)]
+        command += ["--queries", str(queries), *(["--cold"] if phase == "cold" else [])]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        result.update(json.loads(output.strip().splitlines()[-1]))
     return result
 
 
@@ -111,9 +139,15 @@ def main() -> None:
     parser.add_argument("--vectors", type=int, default=300_000)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--child", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(Path(args.child[1]), args.child[0], args.queries)))
+        mode, directory = args.child[0], Path(args.child[1])
+        if args.cold:
+            spec = IndexSpec(mmap_above_mb=MODES[mode], use_gpu=False)
+            print(json.dumps(cold_start(directory, spec)))
+        else:
+            print(json.dumps(child(directory, mode, args.queries)))
         return
     rows = []
     with tempfile.TemporaryDirectory(prefix="ragdesk-mmap-") as tmp:
@@ -129,7 +163,8 @@ def main() -> None:
     by = {(row["kind"], row["mode"]): row for row in rows}
     for kind in ("flat", "ivf"):
         memory, mapped = by[(kind, "in-memory")], by[(kind, "mapped")]
-        for key in ("load_s", "unfiltered_p50_ms", "scoped_p50_ms", "checkpoint_s"):
+        keys = ("load_s", "cold_load_s", "cold_first_search_s", "unfiltered_p50_ms")
+        for key in (*keys, "scoped_p50_ms", "checkpoint_s"):
             print(f"{kind} {key}: mapped / in-memory = {mapped[key] / memory[key]:.2f}")
 
 

@@ -261,7 +261,7 @@ class FaissIndex:
     def _stage_blob(self, directory: Path, blob: bytes, *, count: int) -> Manifest:
         directory.mkdir(parents=True, exist_ok=True)
         file, sha256 = write_named(directory, "chunks", ".faiss", blob)
-        return self._manifest(file, sha256, count=count)
+        return self._manifest(file, sha256, count=count, size=len(blob))
 
     def _stage_layers(self, directory: Path, base: MappedBase) -> Manifest:
         """Only what changed since the mapped base: the added vectors and the tombstones."""
@@ -280,7 +280,7 @@ class FaissIndex:
             layers["tombstones"], layers["tombstones_sha256"] = write_named(
                 directory, "chunks-gone", ".npy", tombstones
             )
-        return self._manifest(base.file, base.sha256, count=count, **layers)
+        return self._manifest(base.file, base.sha256, count=count, size=base.size, **layers)
 
     def _manifest(self, file: str, sha256: str, *, count: int, **layers: Any) -> Manifest:
         ids = self.ids()
@@ -306,17 +306,21 @@ class FaissIndex:
         if manifest.model_id != model_id or manifest.dimension != dimension:
             made_by = f"{manifest.model_id} ({manifest.dimension}d)"
             raise IndexUnusable(f"made by {made_by}, not {model_id} ({dimension}d)")
-        verify(directory, manifest)
+        path = directory / manifest.file
+        try:
+            mapped = spec.maps(path.stat().st_size)
+        except FileNotFoundError:
+            raise IndexUnusable(f"index file {manifest.file} missing") from None
+        verify(directory, manifest, hash_base=not mapped)
         import faiss
 
-        path = directory / manifest.file
         tombstones = (
             read_tombstones(directory / manifest.tombstones) if manifest.tombstones else None
         )
         # Files are named by their hash and never rewritten, so this reads what was checked.
         try:
             delta = faiss.read_index(str(directory / manifest.delta)) if manifest.delta else None
-            if spec.maps(path.stat().st_size):
+            if mapped:
                 base = MappedBase.open(path, manifest.sha256, tombstones)
                 index = cls(dimension, model_id, _index=delta, _base=base, spec=spec)
             else:  # held whole in memory: the layers, if any, are applied to it

@@ -43,6 +43,7 @@ class Manifest:
     delta_sha256: str = ""
     tombstones: str | None = None
     tombstones_sha256: str = ""
+    size: int = 0  # of the base file, in bytes (0 in manifests from before it was kept)
 
     def files(self) -> Iterator[tuple[str, str]]:
         """Each file this checkpoint is made of, with its SHA-256."""
@@ -78,14 +79,23 @@ def read_manifest(directory: Path) -> Manifest:
     return manifest
 
 
-def verify(directory: Path, manifest: Manifest) -> None:
-    """Raise :class:`IndexUnusable` unless every file is there with the recorded hash."""
+def verify(directory: Path, manifest: Manifest, *, hash_base: bool = True) -> None:
+    """Raise :class:`IndexUnusable` unless every file is there with the recorded hash.
+
+    Without ``hash_base`` the base file is only checked for its recorded size: a base that
+    is to be memory-mapped is not read whole at start (files are written under a temporary
+    name and renamed once complete, so a torn write cannot sit under the recorded name).
+    """
     for name, sha256 in manifest.files():
+        path = directory / name
         try:
-            digest = file_sha256(directory / name)
+            if name == manifest.file and not hash_base and manifest.size:
+                intact = path.stat().st_size == manifest.size
+            else:
+                intact = file_sha256(path) == sha256
         except FileNotFoundError:
             raise IndexUnusable(f"index file {name} missing") from None
-        if digest != sha256:
+        if not intact:
             raise IndexUnusable(f"index file {name} does not match its manifest (torn write?)")
 
 

@@ -17,7 +17,7 @@ import pytest
 import retrieval.index
 import retrieval.index_files
 from retrieval.index import FaissIndex
-from retrieval.index_files import read_manifest
+from retrieval.index_files import IndexUnusable, read_manifest
 from retrieval.index_types import IndexSpec, new_ivf
 
 DIM = 16
@@ -123,6 +123,31 @@ def test_a_layered_checkpoint_loads_whole_when_mapping_is_turned_off(tmp_path: P
     twin.reload()
     assert not twin.index.mapped
     twin.assert_same()
+
+
+def test_a_mapped_base_is_checked_by_size_without_reading_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    twin = Twin(tmp_path)
+    twin.add(0, 300, seed=1)
+    twin.index.save(tmp_path)
+    twin.add(300, 310, seed=2)
+    manifest = twin.index.save(tmp_path)
+    assert manifest.size == (tmp_path / manifest.file).stat().st_size
+    hashed: list[str] = []
+    real_hash = retrieval.index_files.file_sha256
+
+    def recording_hash(path: Path) -> str:
+        hashed.append(path.name)
+        return real_hash(path)
+
+    monkeypatch.setattr(retrieval.index_files, "file_sha256", recording_hash)
+    twin.reload()
+    assert manifest.file not in hashed and manifest.delta in hashed  # the small layer is
+    base = tmp_path / manifest.file
+    base.write_bytes(base.read_bytes()[:-100])  # truncated
+    with pytest.raises(IndexUnusable, match="torn"):
+        twin.reload()
 
 
 def test_writes_made_while_a_checkpoint_switches_structures_are_kept(
