@@ -10,10 +10,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from retrieval.db import Database
-from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
+from retrieval.embedder import Embedder, SentenceTransformerEmbedder, bundled_embedder_dir
 from retrieval.index import FaissIndex
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
+from retrieval.parsers.isolated import IsolatedParser
 from retrieval.store import DocumentStore
 from retrieval.uploads import UploadFiles
 from retrieval.vector_sync import open_index
@@ -68,16 +69,12 @@ if __name__ == "__main__":
 
 
 def ingest_files(
-    root: Path, files: Iterable[tuple[str, bytes]]
-) -> tuple[SentenceTransformerEmbedder, DocumentStore, FaissIndex, dict[int, str]]:
-    """``files`` (name, bytes) ingested and indexed under ``root`` with the bundled
-    embedder, real SQLite and FAISS; also returns each document id's file name."""
-    embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
-    store = DocumentStore(Database(root / "ragdesk.db"))
-    library = Library(store, UploadFiles(root / "uploads"))
-    index, _ = open_index(
-        root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
-    )
+    root: Path, files: Iterable[tuple[str, bytes]], embedder: Embedder | None = None
+) -> tuple[Embedder, DocumentStore, FaissIndex, dict[int, str]]:
+    """``files`` (name, bytes) ingested and indexed under ``root`` with ``embedder`` (default:
+    the bundled one), real SQLite and FAISS; also returns each document id's file name."""
+    embedder = embedder or SentenceTransformerEmbedder(bundled_embedder_dir())
+    store, library, index = open_library(root, embedder)
     worker = IngestWorker(store, library.files, embedder, index, root / "index", IngestConfig())
     collection = store.ensure_collection()
     names: dict[int, str] = {}
@@ -86,3 +83,30 @@ def ingest_files(
         names[document.id] = name
     worker.ingest_many(list(names))
     return embedder, store, index, names
+
+
+def open_library(root: Path, embedder: Embedder) -> tuple[DocumentStore, Library, FaissIndex]:
+    """Real SQLite, upload directory and FAISS index under ``root`` (created or reopened)."""
+    store = DocumentStore(Database(root / "ragdesk.db"))
+    library = Library(store, UploadFiles(root / "uploads"))
+    index, _ = open_index(
+        root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
+    )
+    return store, library, index
+
+
+def background_worker(
+    root: Path,
+    library: Library,
+    index: FaissIndex,
+    embedder: Embedder,
+    parser: IsolatedParser,
+    *,
+    embedding_cache: bool = True,
+) -> IngestWorker:
+    """The ingest worker as the server runs it (parsing in the sandboxed child process),
+    checkpointing only when stopped; start it with ``library.attach_worker``."""
+    config = IngestConfig(checkpoint_seconds=3600, embedding_cache=embedding_cache)
+    return IngestWorker(
+        library.store, library.files, embedder, index, root / "index", config, parse=parser.parse
+    )

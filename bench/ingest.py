@@ -21,17 +21,13 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.corpus import stdlib_documents
+from bench.corpus import background_worker, open_library, stdlib_documents
 from retrieval.batching import BatchingEmbedder
-from retrieval.db import Database
 from retrieval.embedder import Embedder, SentenceTransformerEmbedder, bundled_embedder_dir
-from retrieval.ingest import IngestConfig, IngestWorker, embedding_text
-from retrieval.library import Library
+from retrieval.ingest import embedding_text
 from retrieval.parsers.isolated import IsolatedParser
 from retrieval.store import DocumentStore
 from retrieval.types import ChunkSpan
-from retrieval.uploads import UploadFiles
-from retrieval.vector_sync import open_index
 
 BAR = 0.8
 
@@ -64,22 +60,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        store = DocumentStore(Database(root / "ragdesk.db"))
-        library = Library(store, UploadFiles(root / "uploads"))
+        store, library, index = open_library(root, embedder)
         collection = store.ensure_collection()
         parser = IsolatedParser()
-        index, _ = open_index(
-            root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension
-        )
-        worker = IngestWorker(
-            store,
-            library.files,
-            embedder,
-            index,
-            root / "index",
-            IngestConfig(checkpoint_seconds=3600),
-            parse=parser.parse,  # as in production: parsing in a child process
-        )
+        worker = background_worker(root, library, index, embedder, parser)
         library.attach_worker(worker)
         idle_query_ms = _query_latencies(embedder, threading.Event(), count=20)
         done = threading.Event()
