@@ -175,12 +175,12 @@ class IngestWorker:
             log.exception("pruning the embedding cache failed; will retry")
             self._prune_due.set()
             return
-        self.cache_usage = report.usage
-        if report.evicted_rows:
+        first, self.cache_usage = self.cache_usage is None, report.usage
+        if report.evicted_rows or first:  # its size once per start, then what changes it
             usage = report.usage
             log.info(
                 "embedding cache: evicted %d unused vectors (%.1f MiB) in %.2fs; "
-                "%d vectors (%.1f MiB) left, %d of them unused (%.1f MiB)",
+                "%d vectors (%.1f MiB) kept, %d of them unused (%.1f MiB)",
                 report.evicted_rows,
                 report.evicted_bytes / 2**20,
                 report.seconds,

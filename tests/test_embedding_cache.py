@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 import sqlite_utils
 
 from retrieval.embedder import HashingEmbedder
@@ -284,7 +286,10 @@ def test_rows_from_before_the_migration_are_dated_by_when_they_were_stored(
     assert db.execute("SELECT last_used FROM embedding_cache").fetchall() == [(123.0,)]
 
 
-def test_the_worker_prunes_in_the_background(tmp_path: Path) -> None:
+def test_the_worker_prunes_in_the_background(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="retrieval.ingest")
     kit = make_kit(tmp_path)
     index, _ = kit.open_index()
     worker = pruning_worker(kit, index, max_bytes=0, quiet_s=0.05)
@@ -295,6 +300,7 @@ def test_the_worker_prunes_in_the_background(tmp_path: Path) -> None:
         wait_for(lambda: indexed(kit, document_id))
         needed = {(key, kit.embedder.model_id) for key in live_keys(kit)}
         wait_for(lambda: cached(kit) == needed)  # the left-over row went
+        assert "embedding cache: evicted 1 unused vectors" in caplog.text  # for operators
         kit.library.delete(document_id)  # its vectors become spare: pruned when idle
         wait_for(lambda: cached(kit) == set())
         wait_for(lambda: worker.cache_usage == CacheUsage(0, 0, 0, 0))
