@@ -1,12 +1,14 @@
 """Prometheus metrics at ``/metrics``, labelled by model.
 
 Counters and histograms are fed by the engines as things happen (``EngineObserver``);
-gauges are read from each loaded backend when Prometheus scrapes.
+gauges are read from each loaded backend, and from the ingestion worker (index, queue,
+embedding cache), when Prometheus scrapes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from litestar import Response, get
 from litestar.datastructures import State
@@ -17,6 +19,9 @@ from prometheus_client.registry import Collector
 from llm.backend import Backend
 from llm.engine.params import FinishReason, Usage
 
+if TYPE_CHECKING:
+    from retrieval.ingest import IngestWorker
+
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 GAP_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 
@@ -24,7 +29,11 @@ GAP_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 class Metrics:
     """One registry per app (tests build many apps); it is also the engines' observer."""
 
-    def __init__(self, loaded: Callable[[], list[Backend]]):
+    def __init__(
+        self,
+        loaded: Callable[[], list[Backend]],
+        worker: Callable[[], IngestWorker | None] = lambda: None,
+    ):
         self.registry = CollectorRegistry()
         r = self.registry
         self.ttft = Histogram(
@@ -53,6 +62,7 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         r.register(_BackendGauges(loaded))
+        r.register(_RetrievalGauges(worker))
 
     # --- EngineObserver ---------------------------------------------------------------------
     def first_token(self, model: str, seconds: float) -> None:
@@ -101,6 +111,36 @@ class _BackendGauges(Collector):
             for field, family in families.items():
                 family.add_metric([backend.name], getattr(stats, field))
         yield from families.values()
+
+
+class _RetrievalGauges(Collector):
+    def __init__(self, worker: Callable[[], IngestWorker | None]):
+        self._worker = worker
+
+    def collect(self) -> Iterator[Metric]:
+        worker = self._worker()
+        if worker is None:  # still loading, or the embedder failed to
+            return
+        yield GaugeMetricFamily(
+            "ragdesk_index_vectors", "Passages in the vector index.", value=worker.index.count
+        )
+        yield GaugeMetricFamily(
+            "ragdesk_index_mapped",
+            "1 when the vector index is searched memory-mapped from disk.",
+            value=int(worker.index.mapped),
+        )
+        yield GaugeMetricFamily(
+            "ragdesk_ingestion_queue", "Documents waiting to be ingested.", value=worker.pending
+        )
+        if (usage := worker.cache_usage) is not None:  # known after the first prune
+            cache = GaugeMetricFamily(
+                "ragdesk_embedding_cache_bytes",
+                "Embedding cache size; 'spare': vectors no live passage needs.",
+                labels=["kind"],
+            )
+            cache.add_metric(["total"], usage.bytes)
+            cache.add_metric(["spare"], usage.spare_bytes)
+            yield cache
 
 
 @get(

@@ -158,7 +158,10 @@ def open_services(settings: Settings) -> Services:
         parser=IsolatedParser(
             timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_mb << 20
         ),
-        metrics=Metrics(lambda: services.loaded_models()),
+        metrics=Metrics(
+            lambda: services.loaded_models(),
+            lambda: services.retrieval.worker if services.retrieval is not None else None,
+        ),
         auth=open_auth(settings, db),
     )
     ensure_first_admin(services.auth)

@@ -6,7 +6,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from tests.conftest import add_key, add_user, login
+from tests.conftest import add_key, add_user, login, upload, wait_for, wait_indexed
 
 SAMPLE = "ragdesk_requests_running"
 
@@ -42,3 +42,26 @@ def test_staff_and_collection_limited_keys_may_not(client: TestClient[Any]) -> N
     client.headers.pop("X-CSRF-Token")
     assert scrape(client).status_code == 401
     assert scrape(client, "rdk_nope").status_code == 401
+
+
+def test_retrieval_gauges_follow_the_index_queue_and_embedding_cache(
+    client: TestClient[Any],
+) -> None:
+    def gauges() -> dict[str, float]:
+        lines = scrape(client).text.splitlines()
+        return {
+            name: float(value)
+            for name, _, value in (line.rpartition(" ") for line in lines)
+            if name.startswith(("ragdesk_index", "ragdesk_ingestion", "ragdesk_embedding"))
+        }
+
+    worker = client.app.state.services.retrieval.worker
+    wait_for(lambda: worker.cache_usage is not None)  # the first prune, once idle
+    before = gauges()
+    assert before["ragdesk_index_mapped"] == 0 and before["ragdesk_ingestion_queue"] == 0
+    assert before['ragdesk_embedding_cache_bytes{kind="total"}'] >= 0
+    document = upload(client, ("note.md", b"# Note\n\nThe canteen opens at noon.")).json()
+    wait_indexed(client, document["documents"][0]["id"])
+    wait_for(lambda: gauges()["ragdesk_index_vectors"] == before["ragdesk_index_vectors"] + 1)
+    total = 'ragdesk_embedding_cache_bytes{kind="total"}'
+    wait_for(lambda: gauges()[total] > before[total])
