@@ -39,11 +39,17 @@ pytest: setup browser
 
 test: lint typecheck pytest
 
+# Every benchmark of docs/BENCHMARKS.md, one after another (about an hour on 2 cores).
 bench: setup
 	$(BIN)/python -m bench.ingest
+	$(BIN)/python -m bench.ingest_chat
 	$(BIN)/python -m bench.query
-	$(BIN)/python -m bench.search_scale
+	$(BIN)/python -m bench.chat
 	$(BIN)/python -m bench.serving
+	$(BIN)/python -m bench.embedders
+	$(BIN)/python -m bench.retrieval_quality
+	$(BIN)/python -m bench.search_scale
+	$(BIN)/python -m bench.mapped_index
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
