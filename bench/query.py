@@ -18,7 +18,7 @@ from llm.engine.params import CompletionRequest, SamplingParams, TextDelta
 from llm.local import LocalModel, LocalModelConfig
 from llm.models import bundled_generator_model
 from llm.prompt import Source, build_prompt
-from retrieval.embedder import SentenceTransformerEmbedder
+from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
 from retrieval.index import FaissIndex
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
@@ -81,7 +81,8 @@ def indexed_corpus(
 ) -> tuple[SentenceTransformerEmbedder, DocumentStore, FaissIndex]:
     """The first ``documents`` stdlib modules' docs, ingested and indexed under ``root``."""
     files = ((f"{name}.md", text.encode()) for name, text in stdlib_documents(documents))
-    embedder, store, index, _ = ingest_files(root, files)
+    embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
+    _, store, index, _ = ingest_files(root, files, embedder=embedder)
     return embedder, store, index
 
 
