@@ -68,7 +68,9 @@ def _evaluate(
             return 2
         collection_ids = found
     embedder = build_embedder(settings)
-    index, _ = open_vector_index(settings, store, embedder)
+    # Read only: a running server owns the index files (its checkpoints may be layered
+    # over a memory-mapped base that a checkpoint from here would delete).
+    index, _ = open_vector_index(settings, store, embedder, read_only=True)
     config = search_config(settings)
     report = evaluate(
         Retriever(embedder, index, store, config, reranker(settings)),

@@ -49,15 +49,17 @@ def build_embedder(settings: Settings) -> Embedder:
 
 
 def open_vector_index(
-    settings: Settings, store: DocumentStore, embedder: Embedder
+    settings: Settings, store: DocumentStore, embedder: Embedder, *, read_only: bool = False
 ) -> tuple[FaissIndex, SyncReport]:
-    """The FAISS index for ``embedder``'s vectors, rebuilt or caught up from SQLite."""
+    """The FAISS index for ``embedder``'s vectors, rebuilt or caught up from SQLite;
+    ``read_only`` writes no checkpoint (the server may own the directory meanwhile)."""
     return open_index(
         settings.index_dir,
         store,
         model_id=embedder.model_id,
         dimension=embedder.dimension,
         spec=index_spec(settings),
+        checkpoint=not read_only,
     )
 
 

@@ -26,6 +26,7 @@ from retrieval.index_files import (
     publish,
     read_manifest,
     verify,
+    write_index_named,
     write_named,
 )
 from retrieval.index_types import (
@@ -179,8 +180,11 @@ class FaissIndex:
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
     def _searcher(self) -> Any:
-        """The GPU copy when FAISS has GPUs (refreshed after writes), else the index."""
-        if not self.spec.use_gpu:
+        """The GPU copy when FAISS has GPUs (refreshed after writes), else the index. A
+        mapped index is searched on the CPU: its tombstones filter every search, and the
+        point of mapping is not to hold it in memory (GPU memory included)."""
+        if not self.spec.use_gpu or self._base is not None:
+            self._gpu = None
             return self._main
         if self._gpu_stale:
             self._gpu = gpu_copy(self._main, self.spec.nprobe)
@@ -194,7 +198,8 @@ class FaissIndex:
         then the manifest that names them (the switch), then old files go.
 
         A large checkpoint is searched memory-mapped from then on; over a mapped base only
-        the layers are written, until they pass ``compact_ratio`` of it and are merged."""
+        the layers are written, until they grow past ``compact_ratio`` of it (or
+        ``max_layer_vectors``) and are merged into a new base."""
         with self._save_lock:  # one save at a time, so an older snapshot never lands last
             base = self._base
             if base is not None and not self._due_for_merge(base):
@@ -202,10 +207,12 @@ class FaissIndex:
                 publish(directory, manifest)
                 return manifest
             try:
-                whole, blob = self._snapshot(directory, base)
-                manifest = self._stage_blob(directory, blob, count=int(whole.ntotal))
+                if base is None:
+                    manifest, whole = self._stage_whole(directory)
+                else:
+                    manifest, whole = self._stage_merge(directory, base)
                 publish(directory, manifest)
-                if self.spec.maps(len(blob)):
+                if self.spec.maps(manifest.size):
                     self._switch(MappedBase.open(directory / manifest.file, manifest.sha256))
                 elif base is not None:  # merged below the threshold: held whole from now on
                     self._switch(whole)
@@ -214,25 +221,35 @@ class FaissIndex:
                     self._journal = None
         return manifest
 
-    def _snapshot(self, directory: Path, base: MappedBase | None) -> tuple[Any, bytes]:
-        """Every vector in one structure, and its serialised bytes. Writes from here on are
-        journalled when the live structures are about to be replaced."""
-        if base is None:
-            with self._lock:
-                blob = self._faiss.serialize_index(self._index).tobytes()
-                if self.spec.maps(len(blob)):
-                    self._journal = []
-            return self._index, blob
+    def _stage_whole(self, directory: Path) -> tuple[Manifest, Any]:
+        """The in-memory index to a new file. When that file is to be mapped, the writes
+        from the snapshot on are journalled for the switch."""
+        with self._lock:
+            blob = self._faiss.serialize_index(self._index).tobytes()
+            count = int(self._index.ntotal)
+            if self.spec.maps(len(blob)):
+                self._journal = []
+        return self._stage_blob(directory, blob, count=count), self._index
+
+    def _stage_merge(self, directory: Path, base: MappedBase) -> tuple[Manifest, Any]:
+        """The base read into memory with the layers applied, written straight to a new
+        file: the index's size in memory once, for the time of the merge. The writes from
+        the snapshot on are journalled for the switch."""
         with self._lock:  # the base never changes, so it is read outside the lock
-            tombstones, added = base.tombstones, flat_contents(self._index)
+            tombstones, (ids, vectors) = base.tombstones, flat_contents(self._index)
             self._journal = []
         whole = load_whole(directory / base.file, tombstones)
-        whole.add_with_ids(added[1], added[0])
-        return whole, self._faiss.serialize_index(whole).tobytes()
+        whole.add_with_ids(vectors, ids)
+        del vectors
+        file, sha256, size = write_index_named(directory, "chunks", whole)
+        return self._manifest(file, sha256, count=int(whole.ntotal), size=size), whole
 
     def _due_for_merge(self, base: MappedBase) -> bool:
+        """Layers cost every search (the added vectors are searched exactly) and every
+        checkpoint (written whole): merged past a share of the base or a fixed size."""
         layered = int(self._index.ntotal) + base.changes
-        return layered > self.spec.compact_ratio * max(int(base.raw.ntotal), 1)
+        share = self.spec.compact_ratio * max(int(base.raw.ntotal), 1)
+        return layered > min(share, self.spec.max_layer_vectors)
 
     def _switch(self, new: MappedBase | Any) -> None:
         """Serve a new mapped base (with an empty layer over it) or a whole in-memory
@@ -256,7 +273,8 @@ class FaissIndex:
         live one."""
         with self._lock:
             blob = self._faiss.serialize_index(self._index).tobytes()
-        return self._stage_blob(directory, blob, count=int(self._count))
+            count = int(self._index.ntotal)
+        return self._stage_blob(directory, blob, count=count)
 
     def _stage_blob(self, directory: Path, blob: bytes, *, count: int) -> Manifest:
         directory.mkdir(parents=True, exist_ok=True)
@@ -283,11 +301,10 @@ class FaissIndex:
         return self._manifest(base.file, base.sha256, count=count, size=base.size, **layers)
 
     def _manifest(self, file: str, sha256: str, *, count: int, **layers: Any) -> Manifest:
-        ids = self.ids()
         return Manifest(
             format=MANIFEST_FORMAT,
             count=count,
-            max_chunk_id=int(ids.max()) if len(ids) else 0,
+            max_chunk_id=self._max_id(),
             model_id=self.model_id,
             dimension=self.dimension,
             sha256=sha256,
@@ -295,6 +312,15 @@ class FaissIndex:
             file=file,
             **layers,
         )
+
+    def _max_id(self) -> int:
+        """The highest id held, tombstoned or not (informational; no full id scan)."""
+        with self._lock:
+            own = stored_ids(self._index)
+            top = [int(own.max())] if len(own) else []
+            if self._base is not None and self._base.count:
+                top.append(self._base.max_id)
+            return max(top, default=0)
 
     @classmethod
     def load(

@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 INDEX_FILE = "chunks.faiss"
 MANIFEST_FILE = "manifest.json"
@@ -118,6 +119,28 @@ def write_named(directory: Path, stem: str, suffix: str, data: bytes) -> tuple[s
     name = f"{stem}-{sha256[:16]}{suffix}"
     write_atomically(directory / name, data)
     return name, sha256
+
+
+def write_index_named(directory: Path, stem: str, index: Any) -> tuple[str, str, int]:
+    """Write a FAISS index straight to a file (no serialised copy in memory), atomically,
+    under a name made from its hash; returns (name, sha256, size)."""
+    import faiss
+
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{stem}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        faiss.write_index(index, tmp_name)
+        with tmp.open("rb") as handle:
+            os.fsync(handle.fileno())
+        sha256 = file_sha256(tmp)
+        name = f"{stem}-{sha256[:16]}.faiss"
+        tmp.replace(directory / name)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(directory)
+    return name, sha256, (directory / name).stat().st_size
 
 
 def write_atomically(path: Path, data: bytes) -> None:

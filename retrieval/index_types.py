@@ -40,6 +40,7 @@ class IndexSpec:
     # the layers over a mapped base are merged into a new one past this share of its size.
     mmap_above_mb: float = 512.0
     compact_ratio: float = 0.1
+    max_layer_vectors: int = 50_000  # added + deleted since the base: merged beyond this
 
     def maps(self, file_bytes: int) -> bool:
         return file_bytes >= self.mmap_above_mb * 2**20

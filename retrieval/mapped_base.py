@@ -50,6 +50,10 @@ class MappedBase:
         return int(self.raw.ntotal) - len(self.tombstones)
 
     @property
+    def max_id(self) -> int:
+        return int(self._held[-1]) if len(self._held) else 0
+
+    @property
     def changes(self) -> int:
         return len(self.tombstones)
 

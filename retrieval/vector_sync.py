@@ -39,9 +39,11 @@ def open_index(
     model_id: str,
     dimension: int,
     spec: IndexSpec | None = None,
+    checkpoint: bool = True,
 ) -> tuple[FaissIndex, SyncReport]:
     """Load the checkpoint (or start empty), then add what SQLite has and drop what it lost;
-    rebuild it as another structure when its size calls for one (``spec``)."""
+    rebuild it as another structure when its size calls for one (``spec``). Without
+    ``checkpoint`` nothing is written (a reader beside the process that owns the index)."""
     spec = spec or IndexSpec()
     reason = None
     try:
@@ -56,7 +58,8 @@ def open_index(
         log.info("building a %s vector index for %d vectors", kind, len(wanted))
         index = rebuild(store, wanted, model_id, dimension, spec, kind)
         report = SyncReport(reason is None, reason, 0, 0, rebuilt_as=kind)
-        index.save(directory)
+        if checkpoint:
+            index.save(directory)
         return index, report
     present = index.ids()
     missing = np.setdiff1d(wanted, present, assume_unique=True)
@@ -66,7 +69,7 @@ def open_index(
         batch = missing[start : start + _BATCH]
         index.add(batch, store.vectors(batch, dimension))
     report = SyncReport(reason is None, reason, len(missing), len(extra))
-    if report.changed:
+    if report.changed and checkpoint:
         index.save(directory)
         log.info("vector index ready: %d vectors (%s)", index.count, report)
     return index, report

@@ -103,7 +103,12 @@ def test_eval_command_stores_runs_and_lists_them(
     assert "no Ragdesk database" in capsys.readouterr().err
     assert ragdesk("ingest", str(SAMPLES)) == 0
     capsys.readouterr()
+    index_files = {p.name: p.stat().st_mtime_ns for p in (data / "index").iterdir()}
+    (data / "index" / "manifest.json").unlink()  # as if the index were stale: eval catches up
+    index_files.pop("manifest.json")
     assert ragdesk("eval", str(GOLDEN), "--k", "3") == 0
+    # ... in memory only: a running server owns the index files, eval writes none of them
+    assert {p.name: p.stat().st_mtime_ns for p in (data / "index").iterdir()} == index_files
     report = json.loads(capsys.readouterr().out)
     assert report["questions"] == 14 and 0 <= report["recall@3"] <= 1
     assert ragdesk("eval", str(GOLDEN), "--collection", "missing") == 2

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+import retrieval.index
+import retrieval.index_files
 from retrieval.index import FaissIndex
 from retrieval.index_files import MANIFEST_FILE, IndexUnusable, index_file
 
@@ -119,3 +122,21 @@ def test_manifest_from_before_named_files_still_loads(tmp_path: Path) -> None:
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(IndexUnusable, match="unexpected file"):
         FaissIndex.load(tmp_path, model_id="m", dimension=16)
+
+
+def test_a_delete_during_a_checkpoint_does_not_tear_its_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request thread may delete while the ingestion thread writes a checkpoint: the
+    manifest's count must be the one of the file written, or the next start rebuilds."""
+    index = FaissIndex(16, "m")
+    index.add(np.arange(20, dtype=np.int64), unit_vectors(20))
+    real_write = retrieval.index_files.write_named
+
+    def write_while_deleting(*args: Any) -> tuple[str, str]:
+        index.remove(np.array([3], dtype=np.int64))
+        return real_write(*args)
+
+    monkeypatch.setattr(retrieval.index, "write_named", write_while_deleting)
+    index.save(tmp_path)
+    assert FaissIndex.load(tmp_path, model_id="m", dimension=16).count == 20

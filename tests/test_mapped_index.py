@@ -112,6 +112,19 @@ def test_layers_past_the_ratio_are_merged_into_a_new_base(tmp_path: Path) -> Non
     twin.assert_same()
 
 
+def test_layers_are_merged_past_a_fixed_size_however_large_the_base(tmp_path: Path) -> None:
+    twin = Twin(tmp_path, IndexSpec(mmap_above_mb=0, compact_ratio=0.9, max_layer_vectors=30))
+    twin.add(0, 400, seed=1)
+    twin.index.save(tmp_path)
+    base = read_manifest(tmp_path).file
+    twin.add(400, 420, seed=2)
+    twin.remove(1, 2, 3, 4, 5)
+    assert twin.index.save(tmp_path).file == base  # 25 changes: layers
+    twin.add(420, 430, seed=3)
+    assert twin.index.save(tmp_path).file != base  # 35 > 30, though 35 < 0.9 × 400
+    twin.assert_same()
+
+
 def test_a_layered_checkpoint_loads_whole_when_mapping_is_turned_off(tmp_path: Path) -> None:
     twin = Twin(tmp_path)
     twin.add(0, 300, seed=1)
