@@ -39,6 +39,7 @@ def _loader(
                 remote_model=entry.remote_model,
                 api_key=key,
                 context_tokens=settings.n_ctx,
+                max_tokens_cap=settings.max_tokens_cap,
                 timeout_s=settings.request_timeout_s,
             )
 

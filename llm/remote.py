@@ -75,11 +75,13 @@ class RemoteBackend:
         remote_model: str | None = None,
         api_key: str | None = None,
         context_tokens: int = 4096,
+        max_tokens_cap: int = 2048,
         timeout_s: float = 300.0,
         max_concurrent: int = 64,
     ):
         self.name, self.remote_model = name, remote_model or name
         self.context_tokens, self.max_concurrent = context_tokens, max_concurrent
+        self.max_tokens_cap = max_tokens_cap
         self.prompt_format: PromptFormat = CompletionFormat()
         root = base_url.rstrip("/")
         self.url = root + ("/completions" if root.endswith("/v1") else "/v1/completions")
@@ -167,9 +169,9 @@ class RemoteBackend:
     def _body(self, request: CompletionRequest) -> dict[str, Any]:
         p = request.params
         body: dict[str, Any] = {name: getattr(p, name) for name in _SAMPLING}
-        prompt_tokens = self.count_tokens(request.prompt)  # upstream checks the real count
-        context = self.context_tokens
-        body["max_tokens"] = token_budget(p.max_tokens, prompt_tokens, context, context)
+        # From an estimate of the prompt's length: upstream checks the real count.
+        prompt_tokens, context = self.count_tokens(request.prompt), self.context_tokens
+        body["max_tokens"] = token_budget(p.max_tokens, prompt_tokens, context, self.max_tokens_cap)
         body["repeat_penalty"] = body["repetition_penalty"] = p.repeat_penalty  # llama.cpp, vLLM
         body.update(model=self.remote_model, prompt=request.prompt, stop=list(p.stop))
         body.update(stream=True, stream_options={"include_usage": True})

@@ -337,3 +337,13 @@ def test_count_tokens_is_a_rough_estimate(backend: RemoteBackend) -> None:
     assert backend.count_tokens("") == 1
     assert backend.count_tokens("x" * 400) == 100
     assert (backend.device, backend.memory_bytes) == ("remote", 0)
+
+
+def test_without_max_tokens_upstream_gets_what_the_context_leaves_up_to_the_cap(
+    upstream: Upstream,
+) -> None:
+    remote = RemoteBackend("m", upstream.url, context_tokens=8192, max_tokens_cap=2048)
+    for prompt in ("Hi", "x" * 30_000):  # the second estimated at 7,500 tokens: 692 left
+        collect(remote.submit(CompletionRequest(prompt, SamplingParams(max_tokens=None))))
+    remote.close()
+    assert [body["max_tokens"] for body in upstream.bodies] == [2048, 692]
