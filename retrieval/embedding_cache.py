@@ -22,6 +22,7 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,17 @@ _ROW_BYTES = "(length(vector) + length(model_id) + 80)"
 
 def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# Each passage with what ``passage_text`` needs to rebuild its embedding text.
+PASSAGES_SQL = """SELECT c.id, c.page, c.start, c."end", c.text, c.heading,
+                         COALESCE(d.title, d.filename)
+                  FROM chunks c JOIN documents d ON d.id = c.document_id"""
+
+
+def passage_text(row: Sequence[Any]) -> str:
+    """The embedding text of a ``PASSAGES_SQL`` row."""
+    return embedding_text(row[6], ChunkSpan(*row[1:6]))
 
 
 def embedding_text(title: str, chunk: ChunkSpan) -> str:
@@ -181,22 +193,17 @@ class EmbeddingCache:
             rows = (
                 self.db.read()
                 .execute(
-                    """SELECT c.id, c.page, c.start, c."end", c.text, c.heading,
-                              COALESCE(d.title, d.filename)
-                       FROM chunks c JOIN documents d ON d.id = c.document_id
+                    f"""{PASSAGES_SQL}
                        WHERE c.id > ? AND NOT EXISTS (
                            SELECT 1 FROM chunk_text_keys k WHERE k.chunk_id = c.id)
-                       ORDER BY c.id LIMIT ?""",
+                       ORDER BY c.id LIMIT ?""",  # noqa: S608 - constant SQL only
                     [after, _KEY_BATCH],
                 )
                 .fetchall()
             )
             if not rows:
                 return keyed
-            keys = [
-                (row[0], text_key(embedding_text(row[6], ChunkSpan(*row[1:6]))), row[0])
-                for row in rows
-            ]
+            keys = [(row[0], text_key(passage_text(row)), row[0]) for row in rows]
             with self.db.write() as db:  # a passage deleted meanwhile gets no key
                 db.conn.executemany(
                     "INSERT OR REPLACE INTO chunk_text_keys (chunk_id, text_sha256)"

@@ -25,7 +25,7 @@ from retrieval.embedding_cache import embedding_text as embedding_text  # re-exp
 from retrieval.index import FaissIndex
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
-from retrieval.store import DocumentGone, DocumentStore
+from retrieval.store import DocumentGone, DocumentStore, stored_title
 from retrieval.types import DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.uploads import UploadFiles
 from retrieval.vector_sync import restructure_if_needed
@@ -299,7 +299,8 @@ class IngestWorker:
         except DocumentGone:
             log.info("document %s was deleted during ingestion", document_id)
             return None
-        texts = [embedding_text(parsed.title, chunk) for chunk in chunks]
+        title = stored_title(parsed.title)
+        texts = [embedding_text(title, chunk) for chunk in chunks]
         return _Prepared(document_id, chunk_ids, texts, len(parsed.pages), started)
 
     def _index(self, item: _Prepared, vectors: Vectors) -> None:

@@ -18,13 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.embedder import Embedder, Vectors
-from retrieval.embedding_cache import EmbeddingCache
+from retrieval.embedding_cache import PASSAGES_SQL, EmbeddingCache, passage_text
 from retrieval.index import FaissIndex, IdArray
 from retrieval.index_files import publish
 from retrieval.index_types import IndexSpec, new_flat, new_ivf
-from retrieval.ingest import embedding_text
 from retrieval.store import DocumentStore
-from retrieval.types import ChunkSpan, DocumentStatus
+from retrieval.types import DocumentStatus
 
 # (passages embedded or reused so far, total): called after each batch.
 ReindexProgress = Callable[[int, int], None]
@@ -44,15 +43,13 @@ def passages(store: DocumentStore) -> tuple[IdArray, list[str]]:
     rows = (
         store.db.read()
         .execute(
-            """SELECT c.id, c.page, c.start, c."end", c.text, c.heading,
-                  COALESCE(d.title, d.filename) FROM chunks c
-           JOIN documents d ON d.id = c.document_id WHERE d.status = ? ORDER BY c.id""",
+            f"{PASSAGES_SQL} WHERE d.status = ? ORDER BY c.id",
             [DocumentStatus.INDEXED.value],
         )
         .fetchall()
     )
     ids = np.asarray([row[0] for row in rows], dtype=np.int64)
-    texts = [embedding_text(row[6], ChunkSpan(*row[1:6])) for row in rows]
+    texts = [passage_text(row) for row in rows]
     return ids, texts
 
 

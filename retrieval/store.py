@@ -16,6 +16,15 @@ from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, Hit, Parsed
 DEFAULT_COLLECTION = "default"
 
 
+MAX_TITLE_CHARS = 500
+
+
+def stored_title(title: str) -> str:
+    """A document's title as stored, which is also the title its passages are embedded
+    with (the embedding cache keys them by that text)."""
+    return title[:MAX_TITLE_CHARS]
+
+
 class DocumentGone(Exception):
     """The document was deleted while work on it was in flight."""
 
@@ -168,7 +177,13 @@ class DocumentStore:
             db.execute(
                 "UPDATE documents SET title = ?, page_count = ?, chunk_count = ?, updated_at = ?"
                 " WHERE id = ?",
-                [parsed.title[:500], len(parsed.pages), len(chunks), time.time(), document_id],
+                [
+                    stored_title(parsed.title),
+                    len(parsed.pages),
+                    len(chunks),
+                    time.time(),
+                    document_id,
+                ],
             )
             db.table("pages").insert_all(
                 {"document_id": document_id, "number": page.number, "text": page.text}

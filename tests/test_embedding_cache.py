@@ -318,3 +318,23 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_a_title_longer_than_is_stored_keeps_its_passages_vectors(tmp_path: Path) -> None:
+    """Passages are embedded with the title as stored (cut at 500 characters), so the cache
+    keys rebuilt from SQLite match them and prune keeps them."""
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    title = "Handbook " + "x" * 600
+    body = "\n\n".join(f"Paragraph {n} says rule {n}." for n in range(5))
+    document, _ = kit.library.submit(
+        data=f"# {title}\n\n{body}".encode(), filename="h.md", collection_id=kit.collection_id
+    )
+    worker.ingest(document.id)
+    report = EmbeddingCache(kit.db).prune(0, kit.embedder.model_id)
+    assert report.evicted_rows == 0 and report.usage.spare_rows == 0
+    kit.embedder.history.clear()
+    kit.store.set_status(document.id, DocumentStatus.QUEUED)
+    worker.ingest(document.id)
+    assert kit.embedder.history == []  # nothing embedded again
