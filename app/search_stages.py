@@ -32,6 +32,12 @@ def batched(settings: Settings, embedder: Embedder) -> Embedder:
 def reranker(settings: Settings) -> Reranker | None:
     if settings.reranker == "none":
         return None
+    if settings.reranker == "llm":
+        from llm.models import bundled_generator_model
+        from retrieval.llm_rerank import LlmReranker
+
+        model = settings.reranker_model or bundled_generator_model(settings.models_dir)
+        return LlmReranker(model, n_threads=settings.n_threads)
     if settings.reranker_model is None:
         raise ValueError("RAGDESK_RERANKER=cross-encoder needs RAGDESK_RERANKER_MODEL")
     from retrieval.rerank import CrossEncoderReranker

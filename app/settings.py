@@ -188,11 +188,15 @@ class Settings(BaseSettings):
         description="A source shorter than this is widened over the "
         "chunks beside it on its page (0 = off).",
     )
-    reranker: Literal["none", "cross-encoder"] = Field(
-        "none", description="Second stage reordering the fused candidates before the top k."
+    reranker: Literal["none", "cross-encoder", "llm"] = Field(
+        "none",
+        description="Second stage reordering the fused candidates before the top k: a local "
+        "cross-encoder, or 'llm' (a GGUF model's yes/no judgement of each passage).",
     )
     reranker_model: Path | None = Field(
-        None, description="Local sentence-transformers cross-encoder directory (never fetched)."
+        None,
+        description="cross-encoder: its local sentence-transformers directory (never fetched); "
+        "llm: a GGUF file, unset = the bundled Gemma 3 270M.",
     )
     rerank_candidates: int = Field(
         20, ge=1, le=200, description="Fused candidates the reranker reorders."

@@ -4,30 +4,39 @@ The corpus is 32 World Factbook country profiles (public domain, bench/data/fact
 ingested with the bundled embedder into real SQLite and FAISS files; the golden set has
 one question per line with the document and a string of the passage that answers it.
 
-    python -m bench.retrieval_quality [--json results.json] [--reranker MODEL_DIR]
+    python -m bench.retrieval_quality [--json results.json] [--reranker MODEL_DIR|llm|X.gguf]
 
-``--reranker`` adds runs with a local sentence-transformers cross-encoder reranking the
-fused candidates (never downloaded). Runs with neighbour expansion widen short hits, so a
-hit may now contain an answer that sat in the chunk beside it: that is the point (the
-model sees it), but it is why those rows can only go up.
+``--reranker`` adds runs that rerank the fused candidates: with a local
+sentence-transformers cross-encoder directory (never downloaded; top 20 and 50), or with
+``llm`` (the bundled Gemma 3 270M) or another GGUF file as a pointwise yes/no judge (top
+10 and 20; retrieval/llm_rerank.py). A "top n" run reranks the first n fused candidates
+and keeps the rest behind them in fused order, so every run is scored on a list 20 deep;
+the app, asking for k=4, reranks exactly RAGDESK_RERANK_CANDIDATES. Runs with neighbour
+expansion widen short hits, so a hit may now contain an answer that sat in the chunk
+beside it: that is the point (the model sees it), but it is why those rows can only go up.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.corpus import ingest_files
-from retrieval.embedder import SentenceTransformerEmbedder
+from retrieval.embedder import Embedder
 from retrieval.evaluation import ranking_metrics
+from retrieval.rerank import Reranker
 from retrieval.search import Retriever, SearchConfig
 from retrieval.store import DocumentStore
 from retrieval.types import Hit
 
 DATA = Path(__file__).parent / "data" / "factbook"
+MODELS = Path(__file__).parent.parent / "data" / "models"
 DEPTH = 20
 # Questions the corpus does not answer: a good gate gives them no sources at all.
 OFF_TOPIC = [
@@ -62,7 +71,7 @@ def load_questions(path: Path) -> list[Question]:
 
 def build(
     root: Path,
-) -> tuple[SentenceTransformerEmbedder, DocumentStore, Retriever, dict[int, str]]:
+) -> tuple[Embedder, DocumentStore, Retriever, dict[int, str]]:
     files = ((path.name, path.read_bytes()) for path in sorted((DATA / "corpus").glob("*.md")))
     embedder, store, index, filenames = ingest_files(root, files)
     return embedder, store, Retriever(embedder, index, store), filenames
@@ -127,18 +136,47 @@ RUNS: list[tuple[str, SearchConfig, float | None]] = [
 ]
 
 
-CROSS = "defaults + cross-encoder"
+class RerankTop:
+    """Reranks the first ``n`` candidates, keeps the rest behind them in fused order, and
+    times itself."""
+
+    def __init__(self, inner: Reranker, n: int):
+        self.inner, self.n = inner, n
+        self.calls, self.seconds = 0, 0.0
+
+    def rerank(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
+        start = time.perf_counter()
+        head = self.inner.rerank(query, hits[: self.n])
+        self.calls += 1
+        self.seconds += time.perf_counter() - start
+        if self.calls % 20 == 0:
+            print(f"  {self.calls} searches", file=sys.stderr, flush=True)
+        return [*head, *hits[self.n :]]
 
 
-def reranker_runs(model_dir: Path) -> list[tuple[str, SearchConfig, float | None]]:
-    return [
-        (
-            f"defaults + cross-encoder ({model_dir.name}), top {n}",
-            SearchConfig(rerank_candidates=n),
-            0.25,
-        )
-        for n in (20, 50)
+def reranker_runs(spec: str) -> tuple[Reranker, list[tuple[str, SearchConfig, float | None, int]]]:
+    """The reranker ``--reranker`` names and its runs: (name, config, min_score, top n)."""
+    reranker: Reranker
+    if spec == "llm" or spec.endswith(".gguf"):
+        from llm.models import bundled_generator_model
+        from retrieval.llm_rerank import LlmReranker
+
+        path = bundled_generator_model(MODELS) if spec == "llm" else Path(spec)
+        label, tops, reranker = f"LLM yes/no ({path.stem})", (10, 20), LlmReranker(path)
+    else:
+        from retrieval.rerank import CrossEncoderReranker
+
+        label, tops = f"cross-encoder ({Path(spec).name})", (20, 50)
+        reranker = CrossEncoderReranker(Path(spec))
+    # Fifty fused candidates reach the reranker wrapper, as many as the runs without one
+    # diversify: the per-document cap then sees the same pool.
+    pure = SearchConfig(mode="hybrid", max_per_document=0, rerank_candidates=50)
+    runs: list[tuple[str, SearchConfig, float | None, int]]
+    runs = [(f"hybrid + {label}, top {tops[-1]}", pure, None, tops[-1])]
+    runs += [
+        (f"defaults + {label}, top {n}", SearchConfig(rerank_candidates=50), 0.25, n) for n in tops
     ]
+    return reranker, runs
 
 
 def table(results: dict[str, dict[str, object]]) -> str:
@@ -163,24 +201,37 @@ def table(results: dict[str, dict[str, object]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("--reranker", type=Path, help="a local cross-encoder model directory")
+    parser.add_argument(
+        "--reranker",
+        help="a local cross-encoder model directory, 'llm' (the bundled GGUF) or a .gguf file",
+    )
     args = parser.parse_args()
-    runs = RUNS + (reranker_runs(args.reranker) if args.reranker else [])
     questions = load_questions(DATA / "golden.jsonl")
     with tempfile.TemporaryDirectory() as tmp:
         _, store, retriever, filenames = build(Path(tmp))
         chunks = sum(d.chunk_count for d in store.list_documents())
-        results = {}
-        cross_encoder = None
-        if args.reranker:
-            from retrieval.rerank import CrossEncoderReranker
-
-            cross_encoder = CrossEncoderReranker(args.reranker)
-        for name, config, min_score in runs:
-            retriever.reranker = cross_encoder if name.startswith(CROSS) else None
+        results: dict[str, dict[str, object]] = {}
+        for name, config, min_score in RUNS:
             results[name] = evaluate(retriever, config, questions, filenames, min_score)
+        if args.reranker:
+            reranker, runs = reranker_runs(args.reranker)
+            retriever.reranker = reranker
+            retriever.search(questions[0].text, 1)  # loads the model outside the timings
+            for name, config, min_score, top in runs:
+                print(f"{name} ...", file=sys.stderr, flush=True)
+                timed = RerankTop(reranker, top)
+                retriever.reranker = timed
+                results[name] = evaluate(retriever, config, questions, filenames, min_score)
+                results[name]["rerank_ms_per_search"] = 1000 * timed.seconds / max(timed.calls, 1)
+                print(f"  {timed.seconds / max(timed.calls, 1):.2f} s per search", file=sys.stderr)
+            retriever.reranker = None
     print(f"{len(filenames)} documents, {chunks} chunks, {len(questions)} questions")
     print(table(results))
+    timed_runs = {
+        n: r["rerank_ms_per_search"] for n, r in results.items() if "rerank_ms_per_search" in r
+    }
+    for name, ms in timed_runs.items():
+        print(f"{name}: reranking adds {ms:.0f} ms per search")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -39,7 +39,7 @@ class CrossEncoderReranker:
             batch_size=self._batch_size,
             show_progress_bar=False,
         )
-        return _ordered(hits, [float(s) for s in scores])
+        return ordered(hits, [float(s) for s in scores])
 
 
 class KeywordReranker:
@@ -52,10 +52,10 @@ class KeywordReranker:
     def rerank(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
         self.history.append((query, [h.chunk_id for h in hits]))
         words = set(query.lower().split())
-        return _ordered(hits, [float(sum(w in h.text.lower() for w in words)) for h in hits])
+        return ordered(hits, [float(sum(w in h.text.lower() for w in words)) for h in hits])
 
 
-def _ordered(hits: Sequence[Hit], scores: list[float]) -> list[Hit]:
+def ordered(hits: Sequence[Hit], scores: list[float]) -> list[Hit]:
     """Best score first; ties keep the incoming (fused) order."""
     order = sorted(range(len(hits)), key=lambda i: -scores[i])
     return [replace(hits[i], score=scores[i]) for i in order]

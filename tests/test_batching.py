@@ -138,3 +138,35 @@ def test_the_app_wraps_real_embedders_and_builds_the_reranker_from_settings(
         reranker(
             Settings(data_dir=tmp_path, reranker="cross-encoder", reranker_model=tmp_path / "x")
         )
+
+
+def test_the_llm_reranker_takes_the_bundled_model_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.search_stages import reranker
+    from app.settings import Settings
+    from retrieval.llm_rerank import LlmReranker
+
+    bundled = tmp_path / "models" / "bundled.gguf"
+    asked: list[Path] = []
+
+    def fake_bundled(models_dir: Path) -> Path:
+        asked.append(models_dir)
+        return bundled
+
+    monkeypatch.setattr("llm.models.bundled_generator_model", fake_bundled)
+    bundled.parent.mkdir()
+    bundled.write_bytes(b"GGUF")  # never read: the model loads on the first rerank
+    monkeypatch.setenv("RAGDESK_RERANKER", "llm")
+    default = reranker(Settings(data_dir=tmp_path))
+    assert isinstance(default, LlmReranker) and default.model_path == bundled
+    assert asked == [tmp_path / "models"]
+    other = tmp_path / "judge.gguf"
+    other.write_bytes(b"GGUF")
+    chosen = reranker(Settings(data_dir=tmp_path, reranker_model=other, n_threads=3))
+    assert isinstance(chosen, LlmReranker) and chosen.model_path == other
+    assert chosen.n_threads == 3 and asked == [tmp_path / "models"]
+    with pytest.raises(FileNotFoundError):
+        reranker(Settings(data_dir=tmp_path, reranker_model=tmp_path / "absent.gguf"))
+    monkeypatch.delenv("RAGDESK_RERANKER")
+    assert Settings(data_dir=tmp_path).reranker == "none"  # off by default
