@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import random
 import threading
 import time
@@ -53,6 +54,7 @@ class Registry:
         aliases: Mapping[str, Alias] | None = None,
         *,
         memory_budget_bytes: int | None = None,
+        retry_load_after_s: float = 30.0,
     ):
         self._loaders = dict(loaders)
         self.aliases = dict(aliases or {})
@@ -63,6 +65,10 @@ class Registry:
         self.memory_budget_bytes = memory_budget_bytes
         self._loaded: dict[str, _Loaded] = {}
         self._lock = threading.Lock()  # loading is rare; one at a time keeps the budget honest
+        # A model that failed to load is refused at once for a while, not loaded again (under
+        # the lock, holding up every other model) by each request that names it.
+        self.retry_load_after_s = retry_load_after_s
+        self._failed: dict[str, float] = {}  # name -> when its load failed
 
     @classmethod
     def single(cls, backend: Backend, *aliases: str) -> Registry:
@@ -106,6 +112,9 @@ class Registry:
             self._loaded.clear()
 
     def _load(self, name: str) -> Backend:
+        unavailable = ModelUnavailable(f"model {name!r} could not be loaded; see the server log")
+        if time.monotonic() - self._failed.get(name, -math.inf) < self.retry_load_after_s:
+            raise unavailable
         log.info("loading model %s", name)
         try:
             backend = self._loaders[name]()
@@ -113,9 +122,9 @@ class Registry:
             raise
         except Exception as exc:  # the file's path and the library's words go to the log only
             log.exception("loading model %s failed", name)
-            raise ModelUnavailable(
-                f"model {name!r} could not be loaded; see the server log"
-            ) from exc
+            self._failed[name] = time.monotonic()
+            raise unavailable from exc
+        self._failed.pop(name, None)
         if self.memory_budget_bytes is not None:
             try:
                 self._make_room(backend.memory_bytes, keep=name)

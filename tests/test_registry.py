@@ -95,18 +95,23 @@ def test_unknown_model_maps_to_a_client_error() -> None:
     assert UnknownModel("x").status < 500
 
 
-def test_a_model_that_fails_to_load_is_unavailable_and_tried_again() -> None:
+def test_a_model_that_fails_to_load_is_unavailable_then_tried_again_later() -> None:
     attempts: list[int] = []
 
     def broken() -> Backend:
         attempts.append(1)
         raise RuntimeError("llama.cpp could not load /secret/path/model.gguf")
 
-    registry = Registry({"broken": broken})
-    for _ in range(2):
+    # The clock here moves one second at each reading (the autouse fixture): the failure
+    # is stamped at 1, the next two requests read 2 and 3 (refused), the fourth 4 (retried).
+    registry = Registry({"broken": broken}, retry_load_after_s=2.5)
+    for _ in range(3):
         with pytest.raises(ModelUnavailable) as unavailable:
             registry.get("broken")
         assert unavailable.value.status == 503 and "/secret" not in unavailable.value.detail
+    assert len(attempts) == 1  # refused at once meanwhile, not loaded again each time
+    with pytest.raises(ModelUnavailable):
+        registry.get("broken")
     assert len(attempts) == 2 and registry.loaded() == []
 
 
