@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.settings import Settings
 from retrieval.embedder import Embedder, HashingEmbedder
 from retrieval.rerank import Reranker
 
 
-def batched(settings: Settings, embedder: Embedder) -> Embedder:
-    """Questions and ingestion share forward passes (retrieval/batching.py)."""
+def batched(
+    settings: Settings, embedder: Embedder, busy: Callable[[], bool] | None = None
+) -> Embedder:
+    """Questions and ingestion share forward passes (retrieval/batching.py); ingestion
+    waits while ``busy()`` (a model is generating), up to ``embed_ingest_yield_s``."""
     if isinstance(embedder, HashingEmbedder):
         return embedder  # nothing to batch: tests and demos see the fake itself
     from retrieval.batching import BatchingEmbedder
@@ -26,6 +31,8 @@ def batched(settings: Settings, embedder: Embedder) -> Embedder:
         set_threads=set_threads,
         query_threads=settings.embed_query_threads,
         bulk_threads=settings.embed_ingest_threads,
+        busy=busy,
+        bulk_yield_s=settings.embed_ingest_yield_s,
     )
 
 

@@ -107,6 +107,11 @@ class Services:
             kinds.append("the document parser does not start")
         return "; ".join(kinds) or "not ready"
 
+    def generating(self) -> bool:
+        """A model on this machine's CPU is prefilling or decoding, or has requests waiting:
+        ingestion defers to it (a GPU or remote model does not compete for the cores)."""
+        return any(b.device == "CPU" and not b.idle for b in self.loaded_models())
+
     def problem_told(self, *, monitor: bool) -> str | None:
         """The problem as a caller may hear it: its text for an admin (``monitor``:
         ``Principal.may_monitor``), its kind in fixed words for anyone else."""
@@ -191,7 +196,7 @@ def load_models(services: Services) -> None:
 
 def _load_retrieval(services: Services) -> Retrieval:
     settings = services.settings
-    embedder = batched(settings, build_embedder(settings))
+    embedder = batched(settings, build_embedder(settings), busy=services.generating)
     index, report = open_vector_index(settings, services.store, embedder)
     log.info("vector index: %d vectors (%s)", index.count, report)
     worker = IngestWorker(

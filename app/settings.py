@@ -141,6 +141,13 @@ class Settings(BaseSettings):
         description="PyTorch threads for ingestion batches (0 = default); "
         "fewer leaves cores to chat while documents are embedded.",
     )
+    embed_ingest_yield_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="While a model is generating, each ingestion batch waits up to this long "
+        "for it to finish, so answers do not share the CPU with ingestion (0 = never wait).",
+    )
     embedding_cache_max_mb: int = Field(
         128,
         ge=0,

@@ -1,5 +1,5 @@
-"""Chat time to first token while documents are being ingested, with and without the
-embedder's thread budgets.
+"""Chat time to first token while documents are being ingested: with the embedder's thread
+budgets, with every thread for both, and with ingestion yielding to generation.
 
     python -m bench.ingest_chat [--documents 60] [--questions 16] [--rounds 2]
                                 [--ingest-threads N] [--query-threads N]
@@ -15,8 +15,9 @@ from Settings, and the ingest worker parses in the sandboxed child process.
 - ``baseline``: nothing else running;
 - ``budgets``: bulk ingestion meanwhile, with ``RAGDESK_EMBED_INGEST_THREADS`` /
   ``RAGDESK_EMBED_QUERY_THREADS`` set (``--ingest-threads``, ``--query-threads``);
-- ``all-threads``: the same ingestion with both left at 0 (every thread for both; the
-  default).
+- ``all-threads``: the same ingestion with both left at 0 (every thread for both);
+- ``yield``: every thread for both, and ingestion batches wait while the model is
+  generating (``RAGDESK_EMBED_INGEST_YIELD_S``, as the server wires it: the defaults).
 
 The modes take turns, ``--rounds`` times (drift on the machine hits each alike); each
 mode's samples are pooled. Thread budgets default to half the CPUs for ingestion and all
@@ -81,7 +82,7 @@ MORE_QUESTIONS = [
     "How do I serialize a dictionary to JSON?",
     "How do I check whether an IP address belongs to a network?",
 ]
-MODES = ("baseline", "budgets", "all-threads")
+MODES = ("baseline", "budgets", "all-threads", "yield")
 
 
 @dataclass
@@ -229,10 +230,11 @@ def run_mode(
     threads: tuple[int, int],
 ) -> Run:
     settings = Settings(embed_ingest_threads=threads[0], embed_query_threads=threads[1])
-    embedder = batched(settings, inner)  # as the server builds it
+    generator = LocalModel(LocalModelConfig(name="gemma", path=model_path))
+    busy = (lambda: not generator.idle) if mode == "yield" else None  # Services.generating
+    embedder = batched(settings, inner, busy=busy)  # as the server builds it
     retriever = BaseOnly(embedder, lib.index, lib.store)
     retriever.scope = [lib.base_collection]
-    generator = LocalModel(LocalModelConfig(name="gemma", path=model_path))
     worker = background_worker(
         lib.root, lib.library, lib.index, embedder, lib.parser, embedding_cache=False
     )

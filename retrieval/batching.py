@@ -15,7 +15,11 @@ through the wrapped embedder:
 - ``set_threads`` (e.g. ``torch.set_num_threads``) is called with ``query_threads`` before a
   query batch and ``bulk_threads`` before a bulk one (0 = leave alone), so ingestion can be
   kept to a few cores while questions use more. It is global to the process, which is fine
-  here: this worker is then the only thread that embeds.
+  here: this worker is then the only thread that embeds;
+- while ``busy()`` says something more urgent is using the CPU (the server passes "a model
+  is generating an answer"), bulk slices wait, up to ``bulk_yield_s`` each, so a prompt is
+  prefilled and decoded without ingestion competing for the cores. Ingestion still moves
+  (a slice at least every ``bulk_yield_s``) however busy the server stays.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from retrieval.embedder import Embedder, Vectors
+
+_BUSY_POLL_S = 0.02  # how soon a bulk slice notices that ``busy`` has cleared
 
 
 @dataclass(eq=False)
@@ -55,6 +61,8 @@ class BatchingEmbedder:
         set_threads: Callable[[int], None] | None = None,
         query_threads: int = 0,
         bulk_threads: int = 0,
+        busy: Callable[[], bool] | None = None,
+        bulk_yield_s: float = 0.0,
     ):
         self.inner = inner
         self.model_id = inner.model_id
@@ -66,6 +74,10 @@ class BatchingEmbedder:
         self._set_threads = set_threads
         self._threads = {True: query_threads, False: bulk_threads}
         self._current_threads = 0
+        self._busy = busy
+        self.bulk_yield_s = bulk_yield_s
+        self.bulk_paused_s = 0.0  # time bulk slices spent waiting for ``busy`` to clear
+        self._last_bulk = 0.0  # when the last bulk slice was let through
         self._queries: deque[_Request] = deque()
         self._bulk: deque[_Request] = deque()
         self._ready = threading.Condition()
@@ -114,6 +126,8 @@ class BatchingEmbedder:
                 if self._closed and not (self._queries or self._bulk):
                     return
                 self._await_more()
+                if not self._queries:
+                    self._yield_to_busy()
                 is_query = bool(self._queries)
                 if is_query:
                     parts = self._take(self._queries, self.max_batch)
@@ -133,6 +147,24 @@ class BatchingEmbedder:
             self._ready.wait(remaining)
             if queue is self._bulk and self._queries:
                 return  # a question arrived: serve it now
+
+    def _yield_to_busy(self) -> None:
+        """Hold the next bulk slice while ``busy()``, up to ``bulk_yield_s`` after the last
+        one; a question that arrives meanwhile is served at once."""
+        if self._busy is None or self.bulk_yield_s <= 0:
+            return
+        started = time.monotonic()
+        # Counted from the last bulk slice (or this request's arrival), so questions served
+        # in between do not push ingestion back further.
+        deadline = max(self._last_bulk, self._bulk[0].arrived) + self.bulk_yield_s
+        while not (self._closed or self._queries) and self._busy():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._ready.wait(min(remaining, _BUSY_POLL_S))
+        self.bulk_paused_s += time.monotonic() - started
+        if not self._queries:  # the slice goes now (a question would go first)
+            self._last_bulk = time.monotonic()
 
     def _take(self, queue: deque[_Request], room: int) -> list[tuple[_Request, int, int]]:
         """(request, first, last) slices adding up to ``room`` texts at most."""

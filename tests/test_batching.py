@@ -170,3 +170,54 @@ def test_the_llm_reranker_takes_the_bundled_model_unless_told_otherwise(
         reranker(Settings(data_dir=tmp_path, reranker_model=tmp_path / "absent.gguf"))
     monkeypatch.delenv("RAGDESK_RERANKER")
     assert Settings(data_dir=tmp_path).reranker == "none"  # off by default
+
+
+def test_bulk_waits_while_the_server_is_busy_but_never_stalls() -> None:
+    inner = SlowEmbedder()
+    busy = threading.Event()
+    busy.set()  # an answer is being generated
+    embedder = BatchingEmbedder(inner, bulk_batch=2, busy=busy.is_set, bulk_yield_s=0.5)
+    started = time.monotonic()
+    thread = threading.Thread(target=embedder.embed_batch, args=(["a", "b", "c", "d"],))
+    thread.start()
+    time.sleep(0.4)
+    assert inner.calls == 0  # held back
+    question = time.monotonic()
+    embedder.embed_batch(["q"])  # a question is never held back
+    assert time.monotonic() - question < 0.1 and inner.calls == 1
+    # Busy throughout: a slice every bulk_yield_s (at 0.5 and 1.0 s), the question at 0.4 s
+    # notwithstanding (counting from it would make that 0.9 and 1.4 s).
+    thread.join(timeout=5)
+    assert 0.95 <= time.monotonic() - started < 1.3 and inner.calls == 3
+    busy.clear()
+    started = time.monotonic()
+    embedder.embed_batch(["e", "f", "g"])  # not busy: no wait
+    assert time.monotonic() - started < 0.1
+    embedder.close()
+
+
+def test_bulk_goes_on_as_soon_as_the_server_is_idle() -> None:
+    inner = SlowEmbedder()
+    busy = threading.Event()
+    busy.set()
+    embedder = BatchingEmbedder(inner, bulk_batch=8, busy=busy.is_set, bulk_yield_s=5.0)
+    threading.Timer(0.2, busy.clear).start()
+    started = time.monotonic()
+    embedder.embed_batch(["a", "b", "c"])
+    assert 0.2 <= time.monotonic() - started < 0.5
+    assert embedder.bulk_paused_s >= 0.2
+    embedder.close()
+
+
+def test_the_server_defers_ingestion_while_a_model_generates(tmp_path: Path) -> None:
+    from llm.engine.params import CompletionRequest, SamplingParams
+    from tests.conftest import fake_settings, signed_in
+
+    with signed_in(fake_settings(tmp_path, fake_token_delay_s=0.05)) as client:
+        services = client.app.state.services
+        assert not services.generating()
+        model = services.require_models().get("default")
+        completion = model.submit(CompletionRequest("hi", SamplingParams(max_tokens=6)))
+        assert services.generating()  # what the batcher's bulk slices wait for
+        assert list(completion)  # generated to the end
+        assert not services.generating()
