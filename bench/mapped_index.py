@@ -14,7 +14,9 @@ once; each mode then runs in its own fresh process, so memory figures are that p
 * *cold*: load and first search again, after the files were evicted from the page cache
   (``posix_fadvise(DONTNEED)``), as after a reboot: what start-up reads from disk;
 * *checkpoint*: one ``save`` after a document's worth of writes (50 added, 50 deleted):
-  the whole index in memory, only the layers over a mapped base.
+  the whole index in memory, only the layers over a mapped base;
+* *layer*: unfiltered search p50 after 10,000 and 50,000 more vectors are added: over a
+  mapped base they form the exact layer, merged at 50,000 (``max_layer_vectors``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from retrieval.index_types import IndexSpec, new_ivf
 
 DIM = 384
 MODES = {"in-memory": 1e9, "mapped": 0.0}  # IndexSpec.mmap_above_mb
+LAYERS = (10_000, 50_000)  # vectors added after the checkpoint, for the layer's search cost
+LAYER_IDS = 10**9  # where their ids start
 
 
 def build(directory: Path, count: int, kind: str) -> None:
@@ -108,6 +112,7 @@ def child(directory: Path, mode: str, queries: int) -> dict[str, Any]:
     manifest = index.save(directory)
     checkpoint_s = time.perf_counter() - started
     written = sorted(name for name, _ in manifest.files() if name not in existing)
+    grown = grow(index, rng)
     return {
         "mode": mode,
         "kind": index.kind,
@@ -119,7 +124,25 @@ def child(directory: Path, mode: str, queries: int) -> dict[str, Any]:
         **{f"{name}_p95_ms": round(percentile(ms, 0.95), 3) for name, ms in timings.items()},
         "checkpoint_s": round(checkpoint_s, 3),
         "files_written": written,  # the new files of the checkpoint
+        **grown,
     }
+
+
+def grow(index: FaissIndex, rng: np.random.Generator) -> dict[str, float]:
+    """Unfiltered search p50 once ``LAYERS`` vectors were added since the checkpoint (over a
+    mapped base: a layer of that size, searched exactly; nothing saved, so no merge)."""
+    result, added = {}, 0
+    for total in LAYERS:
+        ids = np.arange(LAYER_IDS + added, LAYER_IDS + total, dtype=np.int64)
+        index.add(ids, rng.normal(size=(len(ids), DIM)).astype(np.float32))
+        added = total
+        seconds = []
+        for query in rng.normal(size=(100, DIM)).astype(np.float32):
+            started = time.perf_counter()
+            index.search(query, 50)
+            seconds.append((time.perf_counter() - started) * 1000)
+        result[f"unfiltered_p50_ms_after_{total}_added"] = round(statistics.median(seconds), 3)
+    return result
 
 
 def run_mode(directory: Path, mode: str, queries: int) -> dict[str, Any]:
