@@ -82,8 +82,7 @@ class FakeBackend:
 
     def submit(self, request: CompletionRequest) -> Completion:
         prompt_tokens = self.count_tokens(request.prompt)
-        params, context = request.params, self.context_tokens
-        budget = token_budget(params.max_tokens, prompt_tokens, context, self.max_tokens_cap)
+        budget = self._budget(request, prompt_tokens)
         if prompt_tokens + budget > self.context_tokens:
             raise ContextOverflow(prompt_tokens, budget, self.context_tokens)
         with self._lock:
@@ -92,27 +91,23 @@ class FakeBackend:
             self._running += 1
         completion = Completion()
         threading.Thread(
-            target=self._produce,
-            args=(request, tokens[:budget], prompt_tokens, completion),
-            kwargs={"truncated": len(tokens) > budget},
-            daemon=True,
+            target=self._produce, args=(request, tokens, prompt_tokens, completion), daemon=True
         ).start()
         return completion
 
+    def _budget(self, request: CompletionRequest, prompt_tokens: int) -> int:
+        max_tokens, context = request.params.max_tokens, self.context_tokens
+        return token_budget(max_tokens, prompt_tokens, context, self.max_tokens_cap)
+
     def _produce(
-        self,
-        request: CompletionRequest,
-        tokens: list[str],
-        prompt: int,
-        out: Completion,
-        *,
-        truncated: bool,
+        self, request: CompletionRequest, tokens: list[str], prompt: int, out: Completion
     ) -> None:
         reason: FinishReason = "length"
         sent = 0
         text = ""
+        budget = self._budget(request, prompt)
         try:
-            for token in tokens:
+            for token in tokens[:budget]:
                 if out.wait_cancelled(self.token_delay_s):
                     reason = "cancelled"
                     break
@@ -128,7 +123,7 @@ class FakeBackend:
                 out.push(TextDelta(token))
                 sent += 1
             else:
-                reason = "length" if truncated else "stop"
+                reason = "stop" if len(tokens) <= budget else "length"
             if out.cancelled:
                 reason = "cancelled"
         finally:
