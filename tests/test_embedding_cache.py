@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.migrations import MIGRATIONS, apply_migrations
 from retrieval.reindex import passages, reindex
 from retrieval.types import DocumentStatus
+from tests.conftest import wait_for
 from tests.retrieval_kit import Kit, make_kit
 
 PARAGRAPHS = [
@@ -127,12 +126,18 @@ def submit(kit: Kit, data: bytes, name: str) -> int:
     return document.id
 
 
-def test_prune_keeps_every_vector_a_live_passage_needs(tmp_path: Path) -> None:
+def ingested(tmp_path: Path, data: bytes = ORIGINAL) -> tuple[Kit, IngestWorker, int]:
+    """A kit with ``data`` uploaded as h.md and ingested, its worker, the document's id."""
     kit = make_kit(tmp_path)
     index, _ = kit.open_index()
     worker = kit.worker(index)
-    document_id = submit(kit, ORIGINAL, "h.md")
+    document_id = submit(kit, data, "h.md")
     worker.ingest(document_id)
+    return kit, worker, document_id
+
+
+def test_prune_keeps_every_vector_a_live_passage_needs(tmp_path: Path) -> None:
+    kit, worker, document_id = ingested(tmp_path)
     cache = EmbeddingCache(kit.db)
     cache.embed(kit.embedder, ["a spare text", "another spare text"])  # no passage has these
     needed = {(key, kit.embedder.model_id) for key in live_keys(kit)}
@@ -235,11 +240,7 @@ def test_an_earlier_models_vectors_go_after_a_reindex(tmp_path: Path) -> None:
 
 def test_passages_still_waiting_for_vectors_keep_the_current_models(tmp_path: Path) -> None:
     """A crash between storing passages and their vectors: the resumed ingestion hits."""
-    kit = make_kit(tmp_path)
-    index, _ = kit.open_index()
-    worker = kit.worker(index)
-    document_id = submit(kit, ORIGINAL, "h.md")
-    worker.ingest(document_id)
+    kit, worker, document_id = ingested(tmp_path)
     keys = live_keys(kit)
     with kit.db.write() as db:
         db.execute("DELETE FROM embeddings")
@@ -313,28 +314,15 @@ def indexed(kit: Kit, document_id: int) -> bool:
     return document is not None and document.status is DocumentStatus.INDEXED
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_a_title_longer_than_is_stored_keeps_its_passages_vectors(tmp_path: Path) -> None:
     """Passages are embedded with the title as stored (cut at 500 characters), so the cache
     keys rebuilt from SQLite match them and prune keeps them."""
-    kit = make_kit(tmp_path)
-    index, _ = kit.open_index()
-    worker = kit.worker(index)
     title = "Handbook " + "x" * 600
     body = "\n\n".join(f"Paragraph {n} says rule {n}." for n in range(5))
-    document, _ = kit.library.submit(
-        data=f"# {title}\n\n{body}".encode(), filename="h.md", collection_id=kit.collection_id
-    )
-    worker.ingest(document.id)
+    kit, worker, document_id = ingested(tmp_path, f"# {title}\n\n{body}".encode())
     report = EmbeddingCache(kit.db).prune(0, kit.embedder.model_id)
     assert report.evicted_rows == 0 and report.usage.spare_rows == 0
     kit.embedder.history.clear()
-    kit.store.set_status(document.id, DocumentStatus.QUEUED)
-    worker.ingest(document.id)
+    kit.store.set_status(document_id, DocumentStatus.QUEUED)
+    worker.ingest(document_id)
     assert kit.embedder.history == []  # nothing embedded again
