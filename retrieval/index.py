@@ -10,6 +10,7 @@ layered over it; checkpoints then write only those layers, until they are merged
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from retrieval.index_files import (
     MANIFEST_FORMAT,
     IndexUnusable,
     Manifest,
+    file_sha256,
     publish,
     read_manifest,
     verify,
@@ -39,6 +41,8 @@ from retrieval.index_types import (
     stored_ids,
 )
 from retrieval.mapped_base import MappedBase, load_whole, read_tombstones
+
+log = logging.getLogger(__name__)
 
 IdArray = npt.NDArray[np.int64]
 Hits = list[tuple[int, float]]
@@ -77,6 +81,9 @@ class FaissIndex:
         self._lock = threading.RLock()  # FAISS indexes are not safe for concurrent writes
         self._count = self._counted()  # readable without waiting for the lock
         self._save_lock = threading.Lock()  # checkpoint files are written as a set
+        # A mapped base is hashed after it is loaded, in the background: True if it turned
+        # out not to match its manifest (the ingest worker then rebuilds from SQLite).
+        self.damaged = False
 
     @property
     def count(self) -> int:
@@ -105,6 +112,7 @@ class FaissIndex:
             self._index, self._base = other._index, other._base
             self._count = self._counted()
             self._gpu_stale = True
+            self.damaged = other.damaged
 
     def ids(self) -> IdArray:
         with self._lock:
@@ -190,6 +198,21 @@ class FaissIndex:
             self._gpu = gpu_copy(self._main, self.spec.nprobe)
             self._gpu_stale = False
         return self._gpu if self._gpu is not None else self._main
+
+    def _hash_base_later(self, base: MappedBase) -> None:
+        """Check a mapped base against its manifest's hash without holding up the start
+        (reading it also brings it into the page cache for the first searches)."""
+
+        def check() -> None:
+            try:
+                intact = file_sha256(base.path) == base.sha256
+            except OSError:  # replaced by a newer checkpoint meanwhile: nothing to check
+                return
+            if not intact and self._base is base:
+                log.error("vector index file %s is damaged; rebuilding it from SQLite", base.path)
+                self.damaged = True
+
+        threading.Thread(target=check, name="ragdesk-index-hash", daemon=True).start()
 
     # --- checkpoints ------------------------------------------------------------------------
 
@@ -349,6 +372,7 @@ class FaissIndex:
             if mapped:
                 base = MappedBase.open(path, manifest.sha256, tombstones)
                 index = cls(dimension, model_id, _index=delta, _base=base, spec=spec)
+                index._hash_base_later(base)
             else:  # held whole in memory: the layers, if any, are applied to it
                 raw = load_whole(path, tombstones)
                 if delta is not None:

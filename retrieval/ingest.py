@@ -142,6 +142,8 @@ class IngestWorker:
             try:
                 first = self._queue.get(timeout=self.config.checkpoint_seconds or None)
             except queue.Empty:
+                if self.index.damaged:
+                    self._dirty.set()  # the checkpoint rebuilds it from SQLite
                 self.checkpoint()  # quiet period: persist what was added
                 if self._prune_due.is_set():
                     self.prune_cache()

@@ -25,13 +25,12 @@ IdArray = npt.NDArray[np.int64]
 
 
 class MappedBase:
-    def __init__(
-        self, raw: Any, file: str, sha256: str, size: int, tombstones: IdArray | None = None
-    ):
+    def __init__(self, raw: Any, path: Path, sha256: str, tombstones: IdArray | None = None):
         self.raw = raw
-        self.file = file
+        self.path = path
+        self.file = path.name
         self.sha256 = sha256
-        self.size = size
+        self.size = path.stat().st_size
         self._held = np.sort(stored_ids(raw))
         self.tombstones = np.zeros(0, dtype=np.int64)
         self._exclusion: tuple[Any, Any] | None = None  # (IDSelectorNot, its inner selector)
@@ -43,7 +42,7 @@ class MappedBase:
         import faiss
 
         raw = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
-        return cls(raw, path.name, sha256, path.stat().st_size, tombstones)
+        return cls(raw, path, sha256, tombstones)
 
     @property
     def count(self) -> int:

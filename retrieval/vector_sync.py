@@ -83,7 +83,7 @@ def restructure_if_needed(index: FaissIndex, store: DocumentStore) -> bool:
     during the rebuild is caught by the second comparison with SQLite.
     """
     kind = index.spec.wanted(index.count, index.kind)
-    if kind == index.kind:
+    if kind == index.kind and not index.damaged:
         return False
     log.info("rebuilding the vector index as %s for %d vectors", kind, index.count)
     wanted = store.embedded_chunk_ids(index.model_id)

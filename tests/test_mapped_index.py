@@ -17,7 +17,7 @@ import pytest
 import retrieval.index
 import retrieval.index_files
 from retrieval.index import FaissIndex
-from retrieval.index_files import IndexUnusable, read_manifest
+from retrieval.index_files import IndexUnusable, read_manifest, verify
 from retrieval.index_types import IndexSpec, new_ivf
 
 DIM = 16
@@ -265,3 +265,53 @@ def test_the_server_on_a_mapped_index_ingests_deletes_at_once_and_restarts(
         assert first["id"] not in search(client, "canteen lunch noon")
         assert second["id"] in search(client, "parking permits march")
         assert third["documents"][0]["id"] in search(client, "annual leave days")
+
+
+def test_a_damaged_mapped_base_is_found_after_the_start_and_rebuilt_from_sqlite(
+    tmp_path: Path,
+) -> None:
+    """A mapped base is checked by size at load, then hashed in the background: bytes
+    flipped on disk are found, and the ingest worker rebuilds the index from SQLite."""
+    from retrieval.vector_sync import open_index
+    from tests.conftest import wait_for
+    from tests.retrieval_kit import make_kit
+
+    kit = make_kit(tmp_path)
+    spec = IndexSpec(mmap_above_mb=0)
+
+    def opened() -> FaissIndex:
+        model, dimension = kit.embedder.model_id, kit.embedder.dimension
+        return open_index(kit.index_dir, kit.store, model_id=model, dimension=dimension, spec=spec)[
+            0
+        ]
+
+    index = opened()
+    worker = kit.worker(index)
+    for n in range(20):
+        document, _ = kit.library.submit(
+            data=f"Note {n}: the rule number {n} applies.".encode(),
+            filename=f"{n}.txt",
+            collection_id=kit.collection_id,
+        )
+        worker.ingest(document.id)
+    index.save(kit.index_dir)
+    base = kit.index_dir / read_manifest(kit.index_dir).file
+    data = bytearray(base.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(64)  # same size: the check at load passes
+    base.write_bytes(bytes(data))
+
+    damaged = opened()
+    assert damaged.mapped
+    wait_for(lambda: damaged.damaged)  # the background hash found it
+    worker = kit.worker(damaged, checkpoint_seconds=0.05)
+    worker.start()
+    try:
+        wait_for(lambda: not damaged.damaged)  # rebuilt at the next quiet checkpoint
+    finally:
+        assert worker.stop()
+    assert sorted(damaged.ids()) == sorted(kit.store.embedded_chunk_ids(kit.embedder.model_id))
+    verify(kit.index_dir, read_manifest(kit.index_dir))  # the files on disk are sound again
+    again = opened()
+    stored = kit.store.vectors(again.ids()[:5], kit.embedder.dimension)
+    assert [again.search(vector, 1)[0][0] for vector in stored] == list(again.ids()[:5])
