@@ -102,8 +102,9 @@ class Registry:
             return entry.backend
 
     def loaded(self) -> list[Backend]:
-        with self._lock:
-            return [entry.backend for entry in self._loaded.values()]
+        """The models loaded now, without waiting for a load in progress (the lock is held
+        for a whole load): a copy of the table, taken in one step."""
+        return [entry.backend for entry in tuple(self._loaded.values())]
 
     def close(self) -> None:
         with self._lock:

@@ -24,6 +24,7 @@ through the wrapped embedder:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from retrieval.embedder import Embedder, Vectors
+
+log = logging.getLogger(__name__)
 
 _BUSY_POLL_S = 0.02  # how soon a bulk slice notices that ``busy`` has cleared
 
@@ -134,6 +137,8 @@ class BatchingEmbedder:
                 else:
                     parts = self._take(self._bulk, self.bulk_batch)
             self._embed(parts, is_query)
+            if not is_query:
+                self._last_bulk = time.monotonic()  # the next slice's wait counts from here
 
     def _await_more(self) -> None:
         """Hold a batch that is not full until ``max_wait`` after its oldest request."""
@@ -150,21 +155,33 @@ class BatchingEmbedder:
 
     def _yield_to_busy(self) -> None:
         """Hold the next bulk slice while ``busy()``, up to ``bulk_yield_s`` after the last
-        one; a question that arrives meanwhile is served at once."""
+        one ended; a question that arrives meanwhile is served at once. Called holding
+        ``_ready``, which is let go while ``busy()`` runs, so callers can always queue."""
         if self._busy is None or self.bulk_yield_s <= 0:
             return
         started = time.monotonic()
-        # Counted from the last bulk slice (or this request's arrival), so questions served
-        # in between do not push ingestion back further.
+        # Counted from the end of the last bulk slice (or this request's arrival), so
+        # questions served in between do not push ingestion back further.
         deadline = max(self._last_bulk, self._bulk[0].arrived) + self.bulk_yield_s
-        while not (self._closed or self._queries) and self._busy():
+        while not (self._closed or self._queries):
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or not self._is_busy():
                 break
             self._ready.wait(min(remaining, _BUSY_POLL_S))
         self.bulk_paused_s += time.monotonic() - started
-        if not self._queries:  # the slice goes now (a question would go first)
-            self._last_bulk = time.monotonic()
+
+    def _is_busy(self) -> bool:
+        """``busy()`` without ``_ready`` held; a failing check counts as not busy (the
+        worker thread must never die of it: every caller would wait forever)."""
+        assert self._busy is not None
+        self._ready.release()
+        try:
+            return bool(self._busy())
+        except Exception:
+            log.exception("the busy check of the embedding batcher failed")
+            return False
+        finally:
+            self._ready.acquire()
 
     def _take(self, queue: deque[_Request], room: int) -> list[tuple[_Request, int, int]]:
         """(request, first, last) slices adding up to ``room`` texts at most."""

@@ -10,6 +10,7 @@ layered over it; checkpoints then write only those layers, until they are merged
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -204,15 +205,24 @@ class FaissIndex:
         (reading it also brings it into the page cache for the first searches)."""
 
         def check() -> None:
-            try:
-                intact = file_sha256(base.path) == base.sha256
-            except OSError:  # replaced by a newer checkpoint meanwhile: nothing to check
-                return
-            if not intact and self._base is base:
-                log.error("vector index file %s is damaged; rebuilding it from SQLite", base.path)
-                self.damaged = True
+            with contextlib.suppress(OSError):  # replaced by a newer checkpoint meanwhile
+                self._sound(base)
 
         threading.Thread(target=check, name="ragdesk-index-hash", daemon=True).start()
+
+    def _sound(self, base: MappedBase) -> bool:
+        """Whether ``base`` matches its hash (hashing it unless known); marks this index
+        damaged when it does not."""
+        if base.verified:
+            return True
+        if file_sha256(base.path) == base.sha256:
+            base.verified = True
+            return True
+        with self._lock:
+            if self._base is base and not self.damaged:
+                log.error("vector index file %s is damaged; rebuilding it from SQLite", base.path)
+                self.damaged = True
+        return False
 
     # --- checkpoints ------------------------------------------------------------------------
 
@@ -225,7 +235,9 @@ class FaissIndex:
         ``max_layer_vectors``) and are merged into a new base."""
         with self._save_lock:  # one save at a time, so an older snapshot never lands last
             base = self._base
-            if base is not None and not self._due_for_merge(base):
+            # A merge reads the base whole into the new file: never from a damaged one (the
+            # ingest worker rebuilds that from SQLite; until then the layers are saved).
+            if base is not None and not (self._due_for_merge(base) and self._sound(base)):
                 manifest = self._stage_layers(directory, base)
                 publish(directory, manifest)
                 return manifest
@@ -236,7 +248,8 @@ class FaissIndex:
                     manifest, whole = self._stage_merge(directory, base)
                 publish(directory, manifest)
                 if self.spec.maps(manifest.size):
-                    self._switch(MappedBase.open(directory / manifest.file, manifest.sha256))
+                    path = directory / manifest.file
+                    self._switch(MappedBase.open(path, manifest.sha256, verified=True))
                 elif base is not None:  # merged below the threshold: held whole from now on
                     self._switch(whole)
             finally:

@@ -25,12 +25,23 @@ IdArray = npt.NDArray[np.int64]
 
 
 class MappedBase:
-    def __init__(self, raw: Any, path: Path, sha256: str, tombstones: IdArray | None = None):
+    def __init__(
+        self,
+        raw: Any,
+        path: Path,
+        sha256: str,
+        tombstones: IdArray | None = None,
+        *,
+        verified: bool = False,
+    ):
         self.raw = raw
         self.path = path
         self.file = path.name
         self.sha256 = sha256
         self.size = path.stat().st_size
+        # Whether the file is known to match ``sha256``: true when this process wrote it,
+        # else once hashed (a merge reads it whole, so it must not copy damage forward).
+        self.verified = verified
         self._held = np.sort(stored_ids(raw))
         self.tombstones = np.zeros(0, dtype=np.int64)
         self._exclusion: tuple[Any, Any] | None = None  # (IDSelectorNot, its inner selector)
@@ -38,11 +49,18 @@ class MappedBase:
             self.bury(tombstones)
 
     @classmethod
-    def open(cls, path: Path, sha256: str, tombstones: IdArray | None = None) -> MappedBase:
+    def open(
+        cls,
+        path: Path,
+        sha256: str,
+        tombstones: IdArray | None = None,
+        *,
+        verified: bool = False,
+    ) -> MappedBase:
         import faiss
 
         raw = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
-        return cls(raw, path, sha256, tombstones)
+        return cls(raw, path, sha256, tombstones, verified=verified)
 
     @property
     def count(self) -> int:

@@ -221,3 +221,48 @@ def test_the_server_defers_ingestion_while_a_model_generates(tmp_path: Path) -> 
         assert services.generating()  # what the batcher's bulk slices wait for
         assert list(completion)  # generated to the end
         assert not services.generating()
+
+
+def test_a_failing_busy_check_counts_as_idle_and_the_batcher_lives_on() -> None:
+    inner = SlowEmbedder()
+    calls: list[int] = []
+
+    def flaky() -> bool:
+        calls.append(1)
+        raise RuntimeError("stats unavailable")
+
+    embedder = BatchingEmbedder(inner, bulk_batch=2, busy=flaky, bulk_yield_s=5.0)
+    started = time.monotonic()
+    assert len(embedder.embed_batch(["a", "b", "c"])) == 3  # not held back, not hung
+    assert embedder.embed_batch(["q"]).shape == (1, 32) and calls
+    assert time.monotonic() - started < 1.0
+    embedder.close()
+
+
+def test_slices_slower_than_the_yield_still_wait_after_each_one() -> None:
+    inner = SlowEmbedder(delay=0.3)
+    embedder = BatchingEmbedder(inner, bulk_batch=1, busy=lambda: True, bulk_yield_s=0.2)
+    embedder.embed_batch(["a", "b", "c"])
+    # Each slice waits 0.2 s counted from the end of the one before (or from the request).
+    assert embedder.bulk_paused_s >= 0.55 and inner.calls == 3
+    embedder.close()
+
+
+def test_the_registry_lists_loaded_models_while_another_loads() -> None:
+    from llm.backend import FakeBackend
+    from llm.registry import Registry
+
+    loading = threading.Event()
+
+    def slow() -> FakeBackend:
+        loading.set()
+        time.sleep(1.0)
+        return FakeBackend(name="slow")
+
+    registry = Registry({"fast": lambda: FakeBackend(name="fast"), "slow": slow})
+    registry.get("fast")
+    threading.Thread(target=registry.get, args=("slow",), daemon=True).start()
+    loading.wait(5)
+    started = time.monotonic()
+    assert [b.name for b in registry.loaded()] == ["fast"]  # what ingestion's busy check reads
+    assert time.monotonic() - started < 0.1

@@ -7,6 +7,7 @@ change what a search returns.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -315,3 +316,32 @@ def test_a_damaged_mapped_base_is_found_after_the_start_and_rebuilt_from_sqlite(
     again = opened()
     stored = kit.store.vectors(again.ids()[:5], kit.embedder.dimension)
     assert [again.search(vector, 1)[0][0] for vector in stored] == list(again.ids()[:5])
+
+
+def test_a_merge_never_copies_a_damaged_base_into_a_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A merge may come before the background hash has finished (a start that catches up
+    many writes): it hashes the base itself first, and keeps the layers if it is damaged."""
+    spec = IndexSpec(mmap_above_mb=0, max_layer_vectors=10)
+    index = FaissIndex(DIM, "m", spec=spec)
+    index.add(ids(0, 300), unit_vectors(300, seed=1))
+    index.save(tmp_path)
+    base = tmp_path / read_manifest(tmp_path).file
+    data = bytearray(base.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # same size
+    base.write_bytes(bytes(data))
+    real_hash = retrieval.index_files.file_sha256
+
+    def slow_hash(path: Path) -> str:
+        time.sleep(0.5)  # the background check is still running when the merge comes
+        return real_hash(path)
+
+    monkeypatch.setattr(retrieval.index, "file_sha256", slow_hash)
+    loaded = FaissIndex.load(tmp_path, model_id="m", dimension=DIM, spec=spec)
+    loaded.add(ids(300, 320), unit_vectors(20, seed=2))  # 20 > 10: the next save merges
+    manifest = loaded.save(tmp_path)
+    assert loaded.damaged  # found by the merge's own check
+    assert manifest.file == base.name and manifest.delta is not None  # layers, no merge
+    with pytest.raises(IndexUnusable, match="torn"):
+        verify(tmp_path, manifest)  # the damage was not laundered under a new hash
