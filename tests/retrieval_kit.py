@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,17 @@ class Kit:
             model_id=self.embedder.model_id,
             dimension=self.embedder.dimension,
         )
+
+    def ingest(self, worker: IngestWorker, files: Iterable[tuple[str, str]]) -> list[int]:
+        """Upload each (filename, text) into the default collection and ingest it now."""
+        document_ids = []
+        for filename, text in files:
+            document, _ = self.library.submit(
+                data=text.encode(), filename=filename, collection_id=self.collection_id
+            )
+            worker.ingest(document.id)
+            document_ids.append(document.id)
+        return document_ids
 
     def worker(self, index: FaissIndex, checkpoint_seconds: float = 60.0) -> IngestWorker:
         return IngestWorker(

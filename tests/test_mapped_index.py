@@ -282,19 +282,13 @@ def test_a_damaged_mapped_base_is_found_after_the_start_and_rebuilt_from_sqlite(
 
     def opened() -> FaissIndex:
         model, dimension = kit.embedder.model_id, kit.embedder.dimension
-        return open_index(kit.index_dir, kit.store, model_id=model, dimension=dimension, spec=spec)[
-            0
-        ]
+        index, _ = open_index(
+            kit.index_dir, kit.store, model_id=model, dimension=dimension, spec=spec
+        )
+        return index
 
     index = opened()
-    worker = kit.worker(index)
-    for n in range(20):
-        document, _ = kit.library.submit(
-            data=f"Note {n}: the rule number {n} applies.".encode(),
-            filename=f"{n}.txt",
-            collection_id=kit.collection_id,
-        )
-        worker.ingest(document.id)
+    kit.ingest(kit.worker(index), ((f"{n}.txt", f"Note {n}: rule {n} applies.") for n in range(20)))
     index.save(kit.index_dir)
     base = kit.index_dir / read_manifest(kit.index_dir).file
     data = bytearray(base.read_bytes())

@@ -25,13 +25,13 @@ def ingested(root: Path) -> tuple[Kit, FaissIndex]:
     kit = make_kit(root)
     index, _ = kit.open_index()
     worker = kit.worker(index)
-    for n in range(6):
-        document, _ = kit.library.submit(
-            data=f"# Topic {n}\n\nThe desk for form {n * 17} is on floor {n}.".encode(),
-            filename=f"{n}.md",
-            collection_id=kit.collection_id,
-        )
-        worker.ingest(document.id)
+    kit.ingest(
+        worker,
+        (
+            (f"{n}.md", f"# Topic {n}\n\nThe desk for form {n * 17} is on floor {n}.")
+            for n in range(6)
+        ),
+    )
     index.save(kit.index_dir)
     return kit, index
 
