@@ -140,7 +140,9 @@ class IngestWorker:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                first = self._queue.get(timeout=self.config.checkpoint_seconds or None)
+                # Idle, it still wakes now and then (a damaged index to rebuild, a prune).
+                idle = self.config.checkpoint_seconds or self.config.max_checkpoint_interval
+                first = self._queue.get(timeout=idle)
             except queue.Empty:
                 if self.index.damaged:
                     self._dirty.set()  # the checkpoint rebuilds it from SQLite

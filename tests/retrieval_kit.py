@@ -48,16 +48,20 @@ class Kit:
             document_ids.append(document.id)
         return document_ids
 
-    def worker(self, index: FaissIndex, checkpoint_seconds: float = 60.0) -> IngestWorker:
+    def worker(
+        self,
+        index: FaissIndex,
+        checkpoint_seconds: float = 60.0,
+        max_checkpoint_interval: float = 60.0,
+    ) -> IngestWorker:
+        config = IngestConfig(
+            chunk_tokens=40,
+            chunk_overlap_tokens=5,
+            checkpoint_seconds=checkpoint_seconds,
+            max_checkpoint_interval=max_checkpoint_interval,
+        )
         return IngestWorker(
-            self.store,
-            self.library.files,
-            self.embedder,
-            index,
-            self.index_dir,
-            IngestConfig(
-                chunk_tokens=40, chunk_overlap_tokens=5, checkpoint_seconds=checkpoint_seconds
-            ),
+            self.store, self.library.files, self.embedder, index, self.index_dir, config
         )
 
 

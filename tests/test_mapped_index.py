@@ -299,7 +299,8 @@ def test_a_damaged_mapped_base_is_found_after_the_start_and_rebuilt_from_sqlite(
     damaged = opened()
     assert damaged.mapped
     wait_for(lambda: damaged.damaged)  # the background hash found it
-    worker = kit.worker(damaged, checkpoint_seconds=0.05)
+    # Checkpoints after every batch (no quiet period): the idle worker still wakes for it.
+    worker = kit.worker(damaged, checkpoint_seconds=0, max_checkpoint_interval=0.05)
     worker.start()
     try:
         wait_for(lambda: not damaged.damaged)  # rebuilt at the next quiet checkpoint
