@@ -33,13 +33,13 @@ from app.openai_schemas import (
     ChatCompletionIn,
     ChatCompletionOut,
     ChunkChoice,
-    CitationOut,
     Delta,
     GroundedChunk,
     GroundedMessageOut,
     PromptTokensDetails,
     UsageOut,
 )
+from app.schemas import CitationOut
 from app.services import Services
 from llm.backend import Backend
 from llm.chat_format import ChatMessage, ChatPrompt

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from app.schemas import CitationOut
+
 MAX_PROMPT_CHARS = 1_000_000
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
@@ -125,20 +127,6 @@ class MessageOut(msgspec.Struct):
     content: str
     role: str = "assistant"
     refusal: None = None
-
-
-class CitationOut(msgspec.Struct):
-    """A source a grounded answer cites as ``[number]``; ``url`` opens the viewer there."""
-
-    number: int
-    document_id: int
-    chunk_id: int
-    title: str
-    page: int
-    start: int
-    end: int
-    snippet: str
-    url: str
 
 
 class GroundedMessageOut(MessageOut, kw_only=True):

@@ -91,6 +91,9 @@ class ChatIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class CitationOut(msgspec.Struct):
+    """A source an answer cites as ``[number]`` (native API and grounded ``/v1`` alike);
+    ``url`` opens the viewer there."""
+
     number: int
     chunk_id: int
     document_id: int
