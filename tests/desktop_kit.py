@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import TEST_PASSWORD, TEST_USER
-from tests.server import sign_in
-from tests.test_browser_ui import InProcessServer, ask
+from tests.test_browser_ui import InProcessServer, ask, watched_page
 
 
 class SignedInServer(InProcessServer):
@@ -54,21 +53,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SignedInServer]
 
 @pytest.fixture
 def page(browser: Any, server: SignedInServer) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 860}, base_url=server.url)
-    requests: list[str] = []
-    context.on("request", lambda request: requests.append(request.url))
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.console_errors = errors  # type: ignore[attr-defined]
-    page.emulate_media(color_scheme="light")
-    server.model.token_delay_s = 0.0
-    sign_in(page, TEST_USER, TEST_PASSWORD)
-    yield page
-    assert all(url.startswith(server.url) for url in requests), "no request leaves the server"
-    assert errors == [], errors
-    context.close()
+    with watched_page(browser, server) as (page, errors):
+        yield page
+        assert errors == [], errors
 
 
 def answered(page: Any, question: str, *tokens: str) -> Any:

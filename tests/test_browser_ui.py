@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,24 +95,36 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer
         running.stop()
 
 
-@pytest.fixture
-def page(browser: Any, server: InProcessServer) -> Iterator[Any]:  # noqa: F811
-    context = browser.new_context(viewport={"width": 1400, "height": 860}, base_url=server.url)
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+@contextmanager
+def watched_page(
+    chromium: Any, server: InProcessServer, *, clipboard: bool = False
+) -> Iterator[tuple[Any, list[str]]]:
+    """A signed-in page and the console errors it logs; on leaving, no request may have
+    gone anywhere but the server."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 860}, base_url=server.url)
+    if clipboard:
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
     requests: list[str] = []
     context.on("request", lambda request: requests.append(request.url))
     page = context.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.console_errors = errors
     page.emulate_media(color_scheme="light")
     server.model.token_delay_s = 0.0
     sign_in(page, TEST_USER, TEST_PASSWORD)
-    yield page
+    yield page, errors
     assert all(url.startswith(server.url) for url in requests), "no request leaves the server"
-    # A Stop that races the end of an answer may get a 404; the UI ignores it on purpose.
-    assert [e for e in errors if "404" not in e] == [], errors
     context.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: InProcessServer) -> Iterator[Any]:  # noqa: F811
+    with watched_page(browser, server, clipboard=True) as (page, errors):
+        yield page
+        # A Stop that races the end of an answer may get a 404; the UI ignores it on purpose.
+        assert [e for e in errors if "404" not in e] == [], errors
 
 
 def ask(page: Any, question: str) -> None:
