@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from retrieval.db import Database
 from retrieval.embedder import HashingEmbedder
@@ -48,20 +49,17 @@ class Kit:
             document_ids.append(document.id)
         return document_ids
 
-    def worker(
-        self,
-        index: FaissIndex,
-        checkpoint_seconds: float = 60.0,
-        max_checkpoint_interval: float = 60.0,
-    ) -> IngestWorker:
-        config = IngestConfig(
-            chunk_tokens=40,
-            chunk_overlap_tokens=5,
-            checkpoint_seconds=checkpoint_seconds,
-            max_checkpoint_interval=max_checkpoint_interval,
-        )
+    def worker(self, index: FaissIndex, **config: Any) -> IngestWorker:
+        """An ingest worker with small chunks and a long quiet period; ``config`` overrides
+        any IngestConfig field."""
+        settings = {"chunk_tokens": 40, "chunk_overlap_tokens": 5, "checkpoint_seconds": 60.0}
         return IngestWorker(
-            self.store, self.library.files, self.embedder, index, self.index_dir, config
+            self.store,
+            self.library.files,
+            self.embedder,
+            index,
+            self.index_dir,
+            IngestConfig(**{**settings, **config}),
         )
 
 

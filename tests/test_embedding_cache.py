@@ -12,7 +12,7 @@ import sqlite_utils
 from retrieval.embedder import HashingEmbedder
 from retrieval.embedding_cache import CacheUsage, EmbeddingCache, text_key
 from retrieval.index import FaissIndex
-from retrieval.ingest import IngestConfig, IngestWorker
+from retrieval.ingest import IngestWorker
 from retrieval.migrations import MIGRATIONS, apply_migrations
 from retrieval.reindex import passages, reindex
 from retrieval.types import DocumentStatus
@@ -79,13 +79,8 @@ def test_reingestion_and_near_duplicates_reuse_vectors(tmp_path: Path) -> None:
 def test_cache_can_be_turned_off(tmp_path: Path) -> None:
     kit = make_kit(tmp_path)
     index, _ = kit.open_index()
-    config = IngestConfig(chunk_tokens=40, chunk_overlap_tokens=5, embedding_cache=False)
-    worker = IngestWorker(kit.store, kit.library.files, kit.embedder, index, kit.index_dir, config)
-    for name in ("a.md", "b.md"):
-        document, _ = kit.library.submit(
-            data=ORIGINAL + name.encode(), filename=name, collection_id=kit.collection_id
-        )
-        worker.ingest(document.id)
+    worker = kit.worker(index, embedding_cache=False)  # ingests directly: no quiet period
+    kit.ingest(worker, ((name, ORIGINAL.decode() + name) for name in ("a.md", "b.md")))
     texts = embedded_texts(kit.embedder)
     assert len(texts) > len(set(texts))  # the shared paragraphs were embedded twice
 
@@ -112,13 +107,7 @@ def row_bytes(kit: Kit) -> int:
 def pruning_worker(
     kit: Kit, index: FaissIndex, max_bytes: int, quiet_s: float = 60.0
 ) -> IngestWorker:
-    config = IngestConfig(
-        chunk_tokens=40,
-        chunk_overlap_tokens=5,
-        checkpoint_seconds=quiet_s,
-        embedding_cache_max_bytes=max_bytes,
-    )
-    return IngestWorker(kit.store, kit.library.files, kit.embedder, index, kit.index_dir, config)
+    return kit.worker(index, checkpoint_seconds=quiet_s, embedding_cache_max_bytes=max_bytes)
 
 
 def submit(kit: Kit, data: bytes, name: str) -> int:
