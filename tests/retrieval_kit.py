@@ -10,6 +10,7 @@ from typing import Any
 from retrieval.db import Database
 from retrieval.embedder import HashingEmbedder
 from retrieval.index import FaissIndex
+from retrieval.index_types import IndexSpec
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
 from retrieval.store import DocumentStore
@@ -30,12 +31,13 @@ class Kit:
     def index_dir(self) -> Path:
         return self.root / "index"
 
-    def open_index(self) -> tuple[FaissIndex, SyncReport]:
+    def open_index(self, spec: IndexSpec | None = None) -> tuple[FaissIndex, SyncReport]:
         return open_index(
             self.index_dir,
             self.store,
             model_id=self.embedder.model_id,
             dimension=self.embedder.dimension,
+            spec=spec,
         )
 
     def ingest(self, worker: IngestWorker, files: Iterable[tuple[str, str]]) -> list[int]:

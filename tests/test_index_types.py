@@ -9,7 +9,6 @@ import pytest
 
 from retrieval.index import FaissIndex
 from retrieval.index_types import IndexSpec, new_ivf, nlist_for
-from retrieval.vector_sync import open_index
 from tests.retrieval_kit import make_kit
 
 
@@ -79,28 +78,25 @@ def test_open_index_switches_structure_by_size(tmp_path: Path, kind: str) -> Non
     count = index.count
     assert count >= 1000 and index.kind == "flat"
     spec = IndexSpec(kind=kind, ivf_threshold=1000)  # type: ignore[arg-type]
-    dirs = {"directory": kit.index_dir, "model_id": kit.embedder.model_id, "dimension": 256}
 
-    ivf, report = open_index(store=kit.store, spec=spec, **dirs)  # type: ignore[arg-type]
+    ivf, report = kit.open_index(spec)
     assert ivf.kind == "ivf" and ivf.count == count and report.rebuilt_as == "ivf"
     query = kit.embedder.embed_batch([paragraphs[500]])[0]
     [(top, _)] = ivf.search(query, 1)
     hit = kit.store.chunk(top)
     assert hit is not None and hit.text == paragraphs[500]
-    again, report = open_index(store=kit.store, spec=spec, **dirs)  # type: ignore[arg-type]
+    again, report = kit.open_index(spec)
     assert again.kind == "ivf" and not report.changed  # the checkpoint kept the structure
 
     kit.library.delete(document.id)  # shrinks below the threshold: back to exact
-    flat, report = open_index(store=kit.store, spec=spec, **dirs)  # type: ignore[arg-type]
+    flat, report = kit.open_index(spec)
     assert flat.kind == "flat" and flat.count == 0
 
 
 def test_a_growing_index_turns_ivf_at_a_checkpoint_in_place(tmp_path: Path) -> None:
     kit = make_kit(tmp_path)
     spec = IndexSpec(ivf_threshold=1000)
-    index, _ = open_index(
-        kit.index_dir, kit.store, model_id=kit.embedder.model_id, dimension=256, spec=spec
-    )
+    index, _ = kit.open_index(spec)
     worker = kit.worker(index)
     paragraphs = [
         f"Clause {n}: item {n * 7} is stored in bay {n % 41} of hall {n % 9}, counted each"
@@ -117,7 +113,5 @@ def test_a_growing_index_turns_ivf_at_a_checkpoint_in_place(tmp_path: Path) -> N
     assert sorted(index.ids().tolist()) == sorted(
         kit.store.embedded_chunk_ids(kit.embedder.model_id).tolist()
     )
-    reopened, report = open_index(
-        kit.index_dir, kit.store, model_id=kit.embedder.model_id, dimension=256, spec=spec
-    )
+    reopened, report = kit.open_index(spec)
     assert reopened.kind == "ivf" and not report.changed

@@ -273,21 +273,13 @@ def test_a_damaged_mapped_base_is_found_after_the_start_and_rebuilt_from_sqlite(
 ) -> None:
     """A mapped base is checked by size at load, then hashed in the background: bytes
     flipped on disk are found, and the ingest worker rebuilds the index from SQLite."""
-    from retrieval.vector_sync import open_index
     from tests.conftest import wait_for
     from tests.retrieval_kit import make_kit
 
     kit = make_kit(tmp_path)
     spec = IndexSpec(mmap_above_mb=0)
 
-    def opened() -> FaissIndex:
-        model, dimension = kit.embedder.model_id, kit.embedder.dimension
-        index, _ = open_index(
-            kit.index_dir, kit.store, model_id=model, dimension=dimension, spec=spec
-        )
-        return index
-
-    index = opened()
+    index, _ = kit.open_index(spec)
     kit.ingest(kit.worker(index), ((f"{n}.txt", f"Note {n}: rule {n} applies.") for n in range(20)))
     index.save(kit.index_dir)
     base = kit.index_dir / read_manifest(kit.index_dir).file
@@ -296,7 +288,7 @@ def test_a_damaged_mapped_base_is_found_after_the_start_and_rebuilt_from_sqlite(
     data[middle : middle + 64] = bytes(64)  # same size: the check at load passes
     base.write_bytes(bytes(data))
 
-    damaged = opened()
+    damaged, _ = kit.open_index(spec)
     assert damaged.mapped
     wait_for(lambda: damaged.damaged)  # the background hash found it
     # Checkpoints after every batch (no quiet period): the idle worker still wakes for it.
@@ -308,7 +300,7 @@ def test_a_damaged_mapped_base_is_found_after_the_start_and_rebuilt_from_sqlite(
         assert worker.stop()
     assert sorted(damaged.ids()) == sorted(kit.store.embedded_chunk_ids(kit.embedder.model_id))
     verify(kit.index_dir, read_manifest(kit.index_dir))  # the files on disk are sound again
-    again = opened()
+    again, _ = kit.open_index(spec)
     stored = kit.store.vectors(again.ids()[:5], kit.embedder.dimension)
     assert [again.search(vector, 1)[0][0] for vector in stored] == list(again.ids()[:5])
 
