@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -126,20 +127,13 @@ def write_index_named(directory: Path, stem: str, index: Any) -> tuple[str, str,
     under a name made from its hash; returns (name, sha256, size)."""
     import faiss
 
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{stem}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        faiss.write_index(index, tmp_name)
+    with _staged(directory, stem) as tmp:
+        faiss.write_index(index, str(tmp))
         with tmp.open("rb") as handle:
             os.fsync(handle.fileno())
         sha256 = file_sha256(tmp)
         name = f"{stem}-{sha256[:16]}.faiss"
         tmp.replace(directory / name)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_directory(directory)
     return name, sha256, (directory / name).stat().st_size
 
 
@@ -148,18 +142,27 @@ def write_atomically(path: Path, data: bytes) -> None:
 
     Each writer gets its own temporary file, so concurrent writers cannot interleave.
     """
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as handle:
+    with _staged(path.parent, path.name) as tmp:
+        with tmp.open("wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)
+
+
+@contextmanager
+def _staged(directory: Path, label: str) -> Iterator[Path]:
+    """A temporary file in ``directory`` for the caller to fill, fsync and rename into
+    place; removed if anything fails, and the directory fsynced after the rename."""
+    fd, name = tempfile.mkstemp(dir=directory, prefix=f".{label}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_directory(path.parent)
+    fsync_directory(directory)
 
 
 def fsync_directory(directory: Path) -> None:
