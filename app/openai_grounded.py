@@ -153,7 +153,15 @@ def _citation(number: int, hit: Hit) -> CitationOut:
     url = f"/documents/{hit.document_id}/pages/{hit.page}?chunk={hit.chunk_id}#passage"
     snippet = hit.text[:SNIPPET_CHARS]
     return CitationOut(
-        number, hit.document_id, hit.chunk_id, hit.title, hit.page, hit.start, hit.end, snippet, url
+        number=number,
+        chunk_id=hit.chunk_id,
+        document_id=hit.document_id,
+        title=hit.title,
+        page=hit.page,
+        start=hit.start,
+        end=hit.end,
+        snippet=snippet,
+        url=url,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 from litestar.testing import TestClient
 
@@ -138,3 +139,23 @@ def test_the_canary_never_reaches_a_grounded_v1_answer(
         assert citations and {c["document_id"] for c in citations} == {two_teams["a_doc"]}
         shown = client.app.state.services.auth.audit.shown_by_request(reply.json()["id"])
         assert {document for _, document, _ in shown} == {two_teams["a_doc"]}
+
+
+def test_each_citation_field_comes_from_its_own_hit_field() -> None:
+    """Ids that differ, so a document id can never pass for a chunk id."""
+    from app.openai_grounded import _citation
+    from retrieval.types import Hit
+
+    hit = Hit(chunk_id=41, document_id=7, title="Handbook", page=3, start=10, end=52,
+              text="The canteen opens at noon.", score=0.9)  # fmt: skip
+    assert msgspec.to_builtins(_citation(2, hit)) == {
+        "number": 2,
+        "chunk_id": 41,
+        "document_id": 7,
+        "title": "Handbook",
+        "page": 3,
+        "start": 10,
+        "end": 52,
+        "snippet": "The canteen opens at noon.",
+        "url": "/documents/7/pages/3?chunk=41#passage",
+    }
