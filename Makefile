@@ -13,9 +13,17 @@ run: setup
 
 setup: $(STAMP)
 
+# llama.cpp is compiled for this machine's CPU, less AMX: some virtual machines list AMX
+# but fault on its first tile instruction (SIGILL in llama_decode). --no-cache-dir: a wheel
+# cached from another CPU or other flags must never be reused.
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet --no-cache-dir \
+	  "$$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)"
 	# torch is pinned to 2.13.0 in pyproject.toml, the CPU build on these machines.
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/ragdesk prepare
