@@ -108,6 +108,7 @@ def _settings(**overrides: Any) -> Settings:
 
 
 def _prepare(**overrides: Any) -> None:
+    from llm.engine.guard import GuardUnavailable, build_guard
     from llm.models import bundled_generator_model
     from retrieval.embedder import bundled_embedder_dir
 
@@ -116,6 +117,10 @@ def _prepare(**overrides: Any) -> None:
         print(f"generator: {bundled_generator_model(settings.models_dir)}")
     if settings.embedder_model is None:
         print(f"embedder: {bundled_embedder_dir()}")
+    try:
+        print(f"sampler guard: {build_guard()}")
+    except GuardUnavailable as exc:  # the server still runs; grammars are refused
+        print(f"sampler guard: not built ({exc}); grammars and JSON schemas are refused")
 
 
 def _serve(**overrides: Any) -> None:

@@ -139,7 +139,7 @@ def usage_out(usage: Usage) -> UsageOut:
 
 
 def failed(event: Finished) -> OpenAIError:
-    return OpenAIError(f"generation failed: {event.error or 'unknown error'}", status=500)
+    return OpenAIError(f"generation failed: {event.error or 'unknown error'}", status=event.status)
 
 
 async def collect(started: Started, request: Request[Any, Any, Any]) -> tuple[str, Finished]:

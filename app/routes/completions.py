@@ -155,7 +155,7 @@ async def _events(completion: Completion) -> AsyncIterator[ServerSentEventMessag
         if isinstance(event, TextDelta):
             yield ServerSentEventMessage(data=_json({"text": event.text}), event="token")
         elif event.reason == "error":
-            body = {"status": 500, "detail": event.error or "generation failed"}
+            body = {"status": event.status, "detail": event.error or "generation failed"}
             yield ServerSentEventMessage(data=_json(body), event="error")
         else:
             done = {"model": event.model, "finish_reason": event.reason}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from llm.engine.channel import Completion
+from llm.engine.guard import SamplingFailed
 from llm.engine.kv_disk import KvDiskCache, SavedState
 from llm.engine.params import (
     BackendStats,
@@ -233,7 +234,7 @@ class Engine:
         for seq, row in zip(seqs, rows, strict=True):
             assert seq.slot is not None and seq.next_token is not None
             seq.slot.tokens.append(seq.next_token)
-            self._accept(seq, seq.sampler.sample(row))
+            self._sample(seq, row)
 
     def _prefill_chunk(self, seq: Seq) -> int:
         """The next chunk of one prompt, in its own ``llama_decode``; returns its length.
@@ -256,7 +257,7 @@ class Engine:
         seq.done = end
         seq.slot.prefilled = end
         if not seq.prefilling:
-            self._accept(seq, seq.sampler.sample(n.batch_size - 1))
+            self._sample(seq, n.batch_size - 1)
         return size
 
     def _decode(self, batch: list[Seq]) -> bool:
@@ -265,13 +266,21 @@ class Engine:
         while (rc := self.native.decode()) == 1:
             if not self._cache.evict_idle():
                 victim = max(batch, key=lambda s: s.submitted)
-                self._finish(victim, "error", "the KV cache is full; retry shortly")
+                self._finish(victim, "error", "the KV cache is full; retry shortly", status=503)
                 return False
         if rc != 0:
             for seq in batch:
                 self._finish(seq, "error", f"llama_decode failed ({rc})")
             return False
         return True
+
+    def _sample(self, seq: Seq, row: int) -> None:
+        try:
+            token = seq.sampler.sample(row)
+        except SamplingFailed as exc:  # this request's grammar, not the engine: only it ends
+            self._finish(seq, "error", str(exc), status=400)
+            return
+        self._accept(seq, token)
 
     def _accept(self, seq: Seq, token: int) -> None:
         now = time.monotonic()
@@ -296,7 +305,9 @@ class Engine:
         else:
             seq.next_token = token
 
-    def _finish(self, seq: Seq, reason: FinishReason, error: str | None = None) -> None:
+    def _finish(
+        self, seq: Seq, reason: FinishReason, error: str | None = None, *, status: int = 500
+    ) -> None:
         tail = seq.tail()
         if tail and reason in ("stop", "length"):
             seq.completion.push(TextDelta(tail))
@@ -312,7 +323,7 @@ class Engine:
                 state = self.native.seq_state(slot.seq_id)
                 self._disk.save(seq.request.cache_key, SavedState(list(slot.tokens), state))
         usage = seq.usage()
-        seq.completion.push(Finished(reason, usage, self.name, error))
+        seq.completion.push(Finished(reason, usage, self.name, error, status))
         if self._observer:
             self._observer.finished(self.name, usage, reason)
 

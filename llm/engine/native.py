@@ -16,6 +16,14 @@ from typing import Any
 import llama_cpp as C
 from llama_cpp._logger import set_verbose
 
+from llm.engine.guard import (
+    TOKENIZE_FAILED,
+    Guard,
+    GuardUnavailable,
+    SamplingFailed,
+    error_buffer,
+    load_guard,
+)
 from llm.engine.params import SamplingParams
 
 FLASH_ATTN = {
@@ -117,13 +125,26 @@ class NativeModel:
         self.model_bytes = int(C.llama_model_size(model))
         self._batch = C.llama_batch_init(config.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
+        try:
+            self._guard: Guard | None = load_guard()
+            self._guard_missing = ""
+        except GuardUnavailable as exc:
+            self._guard, self._guard_missing = None, str(exc)
 
     # --- tokens -----------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buffer = (C.llama_token * capacity)()
-        n = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, add_bos, special)
+        if self._guard is None:
+            n = C.llama_tokenize(self.vocab, data, len(data), buffer, capacity, add_bos, special)
+        else:
+            error = error_buffer()
+            n = self._guard.releasing.ragdesk_tokenize(
+                self.vocab, data, len(data), buffer, capacity, add_bos, special, error, len(error)
+            )
+            if n == TOKENIZE_FAILED:
+                raise NativeError(f"tokenisation failed: {error.value.decode(errors='replace')}")
         if n < 0:
             raise NativeError("tokenisation failed")
         return list(buffer[:n])
@@ -214,17 +235,13 @@ class NativeModel:
 
     # --- sampling ---------------------------------------------------------------------------
     def sampler(self, params: SamplingParams, grammar: str | None) -> Sampler:
+        """A sampler chain for one sequence; ``NativeError`` for a grammar that cannot run."""
+        constraint = None if grammar is None else self._grammar(grammar)
         chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
 
         def add(sampler: Any) -> None:
             C.llama_sampler_chain_add(chain, sampler)
 
-        if grammar is not None:
-            g = C.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
-            if not g:
-                C.llama_sampler_free(chain)
-                raise NativeError("the grammar could not be compiled")
-            add(g)
         if params.has_penalties:
             add(
                 C.llama_sampler_init_penalties(
@@ -247,9 +264,22 @@ class NativeModel:
             add(C.llama_sampler_init_temp(params.temperature))
             seed = 0xFFFFFFFF if params.seed is None else params.seed & 0xFFFFFFFF
             add(C.llama_sampler_init_dist(seed))
-        # A grammar can take milliseconds per token over a large vocabulary: that call
-        # releases the GIL like any long one.
-        return Sampler(chain, self.ctx, keep_gil=grammar is None)
+        return Sampler(chain, constraint, self.ctx, self._guard)
+
+    def _grammar(self, grammar: str) -> Any:
+        """A grammar sampler, compiled behind the guard: llama.cpp throws on some inputs."""
+        if self._guard is None:
+            raise NativeError(
+                f"grammars and JSON schemas are unavailable on this server: {self._guard_missing}"
+            )
+        error = error_buffer()
+        sampler = self._guard.releasing.ragdesk_init_grammar(
+            self.vocab, grammar.encode(), b"root", error, len(error)
+        )
+        if not sampler:
+            reason = error.value.decode(errors="replace") or "it could not be compiled"
+            raise NativeError(f"invalid grammar: {reason}")
+        return sampler
 
     def close(self) -> None:
         if self.ctx:
@@ -260,17 +290,33 @@ class NativeModel:
 
 
 class Sampler:
-    """A C sampler chain for one sequence; ``sample`` reads the logits at a batch index."""
+    """The samplers of one sequence; ``sample`` reads the logits at a batch index, picks a
+    token and accepts it, or raises ``SamplingFailed`` (a grammar that allows nothing more)."""
 
-    def __init__(self, chain: Any, ctx: Any, *, keep_gil: bool = True):
+    def __init__(self, chain: Any, grammar: Any, ctx: Any, guard: Guard | None):
         self._chain = chain
+        self._grammar = grammar
         self._ctx = ctx
-        self._sample = _fast.llama_sampler_sample if keep_gil else C.llama_sampler_sample
+        self._guard = guard
+        self._error = error_buffer()
 
     def sample(self, index: int) -> int:
-        return int(self._sample(self._chain, self._ctx, index))  # also accepts the token
+        if self._guard is None:  # no grammar then: plain samplers do not throw
+            return int(_fast.llama_sampler_sample(self._chain, self._ctx, index))
+        # A grammar can take milliseconds per token over a large vocabulary: that call
+        # releases the GIL like any long one.
+        guard = self._guard.keeping if self._grammar is None else self._guard.releasing
+        token = int(
+            guard.ragdesk_sample(
+                self._chain, self._grammar, self._ctx, index, self._error, len(self._error)
+            )
+        )
+        if token < 0:
+            raise SamplingFailed(self._error.value.decode(errors="replace") or "sampling failed")
+        return token
 
     def free(self) -> None:
-        if self._chain:
-            C.llama_sampler_free(self._chain)
-            self._chain = None
+        for sampler in (self._chain, self._grammar):
+            if sampler:
+                C.llama_sampler_free(sampler)
+        self._chain = self._grammar = None

@@ -95,10 +95,14 @@ class TextDelta:
 
 @dataclass(frozen=True)
 class Finished:
+    """The end of a completion; with reason ``error``, ``error`` says why and ``status`` is
+    the HTTP status it maps to (400: the request's own grammar; 503: try again later)."""
+
     reason: FinishReason
     usage: Usage
     model: str
     error: str | None = None
+    status: int = 500
 
 
 CompletionEvent = TextDelta | Finished
