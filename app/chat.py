@@ -255,6 +255,8 @@ class ChatService:
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc
+        except EngineError as exc:  # e.g. ChatTemplateFailed: the model's template refused
+            raise from_engine(exc) from exc  # its status (400), not the stream's 500
         return prompt, shown
 
     async def _save(

@@ -42,7 +42,7 @@ from app.openai_schemas import (
 from app.schemas import CitationOut
 from app.services import Services
 from llm.backend import Backend
-from llm.chat_format import ChatMessage, ChatPrompt
+from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
 from llm.citations import attribute, cited_numbers
 from llm.engine.params import TextDelta
 from llm.prompt import Prompt, PromptTooLong, Source, Turn, build_prompt
@@ -132,6 +132,8 @@ class _Grounding:
             )
         except PromptTooLong as exc:
             raise OpenAIError(str(exc), param="messages", code="context_length_exceeded") from exc
+        except ChatTemplateFailed as exc:  # the model's template refused: a 400, not a 500
+            raise OpenAIError(exc.detail, param="messages") from exc
         return ChatPrompt(self.prompt.text, self.prompt.stop, strip_leading_space=True)
 
     def listed(self) -> list[CitationOut]:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm.chat_format import ChatTemplate
+from llm.chat_format import ChatTemplate, checked_chat_template
 from llm.engine.channel import Completion
 from llm.engine.engine import Engine, EngineConfig, EngineObserver
 from llm.engine.kv_disk import KvDiskCache
 from llm.engine.params import BackendStats, CompletionRequest
 from llm.inert import Neutralizer
 from llm.prompt import ChatTemplateFormat, CompletionFormat, PromptFormat
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,8 @@ class LocalModel:
         self.context_tokens = self.engine.context_tokens
         self.device = "GPU" if native.offloaded else "CPU"
         self.memory_bytes = native.model_bytes + kv_cells * _kv_bytes_per_cell(native)
-        self.prompt_format = _prompt_format(native)
-        self.chat_template = _chat_template(native)  # for /v1/chat/completions
+        # The grounded layout, and the template for /v1/chat/completions.
+        self.prompt_format, self.chat_template = _formats(native, config.name)
         self.native = native
 
     def submit(self, request: CompletionRequest) -> Completion:
@@ -113,30 +116,42 @@ class LocalModel:
             self._disk.close()
 
 
-def _prompt_format(native: object) -> PromptFormat:
+def _formats(native: object, name: str) -> tuple[PromptFormat, ChatTemplate | None]:
+    """The grounded prompt format and the ``/v1/chat/completions`` template of a loaded
+    model (see :func:`formats_for`)."""
     from llm.engine.native import NativeModel
 
     assert isinstance(native, NativeModel)
-    inert = Neutralizer(native.control_tokens())
-    template = native.metadata("tokenizer.chat_template")
-    if not template:
-        return CompletionFormat(inert)
-    return ChatTemplateFormat(
-        template,
+    return formats_for(
+        native.metadata("tokenizer.chat_template"),
         bos_token=native.token_text(native.bos),
         eos_token=native.token_text(native.eos),
-        inert=inert,
+        inert=Neutralizer(native.control_tokens()),
+        name=name,
     )
 
 
-def _chat_template(native: object) -> ChatTemplate | None:
-    from llm.engine.native import NativeModel
-
-    assert isinstance(native, NativeModel)
-    template = native.metadata("tokenizer.chat_template")
-    if not template:
-        return None
-    return ChatTemplate(template, native.token_text(native.bos), native.token_text(native.eos))
+def formats_for(
+    template: str | None, *, bos_token: str, eos_token: str, inert: Neutralizer, name: str
+) -> tuple[PromptFormat, ChatTemplate | None]:
+    """A model's grounded prompt format and its chat template, checked once at load: the
+    model's own template when it has a usable one, else the plain completion layout (and
+    no template: ``/v1/chat/completions`` then uses a transcript). A template that is
+    refused (too long, not valid Jinja2) is logged, and the model is served without it
+    rather than not at all."""
+    checked = checked_chat_template(template, bos_token=bos_token, eos_token=eos_token)
+    if checked is None:
+        if template:
+            log.warning(
+                "model %s: its chat template was refused; it is served with the plain "
+                "completion layout instead",
+                name,
+            )
+        return CompletionFormat(inert), None
+    prompt_format = ChatTemplateFormat(
+        checked.template, bos_token=bos_token, eos_token=eos_token, inert=inert
+    )
+    return prompt_format, checked
 
 
 def _kv_bytes_per_cell(native: object) -> int:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, cast
+from typing import Protocol
 
+from llm.chat_format import ChatTemplate, render_chat_template
 from llm.inert import Neutralizer
 
 TokenCount = Callable[[str], int]
@@ -109,14 +110,18 @@ class CompletionFormat:
 
 
 class ChatTemplateFormat:
-    """The model's own chat template (from its GGUF metadata), rendered with Jinja2."""
+    """The model's own chat template (from its GGUF metadata), rendered with Jinja2 within
+    the bounds of time and memory of :mod:`llm.template_sandbox`.
+
+    A template that cannot lay out the prompt (it raises, goes past a bound, or was refused
+    as too long or not valid Jinja2) raises :class:`llm.chat_format.ChatTemplateFailed`,
+    a 400: a model's template is code from whoever made the GGUF file.
+    """
 
     def __init__(
         self, template: str, *, bos_token: str, eos_token: str, inert: Neutralizer | None = None
     ):
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        self._formatter = Jinja2ChatFormatter(template, eos_token=eos_token, bos_token=bos_token)
+        self.template = ChatTemplate(template, bos_token, eos_token)
         self._eos = eos_token
         self._bos = bos_token
         self.inert = inert or Neutralizer()
@@ -131,7 +136,7 @@ class ChatTemplateFormat:
             messages.append({"role": "user", "content": self._ask(done)})
             messages.append({"role": "assistant", "content": self.inert(done.answer.strip())})
         messages.append({"role": "user", "content": self._ask(turn)})
-        text = str(self._formatter(messages=cast(Any, messages)).prompt)
+        text = render_chat_template(self.template, messages)
         # The engine's tokenizer adds BOS itself: a second one from the template would
         # change what the model sees.
         return text.removeprefix(self._bos) if self._bos else text
