@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from retrieval.db import Database
+from retrieval.display import shown
 
 Role = Literal["user", "assistant"]
 
@@ -114,7 +115,7 @@ class Conversations:
         """A new conversation, and its owner (a user id) in the same transaction: one
         without an owner is visible to admins only (those from before accounts)."""
         now = time.time()
-        title = " ".join(title.split())[:80] or "New conversation"
+        title = shown(" ".join(title.split()))[:80] or "New conversation"
         with self.db.write() as db:
             table = db.table("conversations").insert(
                 {"title": title, "created_at": now, "updated_at": now}
@@ -234,7 +235,7 @@ class Conversations:
 
     def rename(self, conversation_id: int, title: str) -> Conversation | None:
         """Set the title (whitespace collapsed, at most 80 characters); None if no such row."""
-        title = " ".join(title.split())[:80]
+        title = shown(" ".join(title.split()))[:80]
         with self.db.write() as db:
             db.execute("UPDATE conversations SET title = ? WHERE id = ?", [title, conversation_id])
         return self.get(conversation_id)

@@ -17,6 +17,7 @@ from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from llm.engine.params import EngineError, Overloaded
+from retrieval.disk import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,17 @@ class UnsupportedMediaType(AppError):
     title = "Unsupported file type"
 
 
+class InsufficientStorage(AppError):
+    status = 507
+    title = "Disk full"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the server's disk is full, so nothing was changed; try again once an "
+            "administrator has freed space"
+        )
+
+
 class NotReady(AppError):
     status = 503
     title = "Starting up"
@@ -66,6 +78,14 @@ def _engine_headers(exc: EngineError) -> dict[str, str]:
     return {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else {}
 
 
+def as_disk_full(request: Request[Any, Any, Any], exc: Exception) -> Exception:
+    """A full disk, wherever it surfaced, as ``InsufficientStorage`` (and told to the
+    services' disk watch, which logs it once and makes readiness report it)."""
+    services = getattr(request.app.state, "services", None)
+    full = services.disk.saw(exc) if services is not None else is_disk_full(exc)
+    return InsufficientStorage() if full else exc
+
+
 def _describe(exc: Exception) -> tuple[int, str, str, dict[str, str]]:
     if isinstance(exc, AppError):
         return exc.status, exc.title, exc.detail, exc.headers
@@ -78,6 +98,9 @@ def _describe(exc: Exception) -> tuple[int, str, str, dict[str, str]]:
         return 422, "Invalid input", details, {}
     if isinstance(exc, HTTPException):
         return exc.status_code, _title_for(exc.status_code), exc.detail, dict(exc.headers or {})
+    if isinstance(exc, RecursionError):  # msgspec decoding JSON nested ~1000 deep
+        log.warning("refused a request nested too deeply to decode")
+        return 400, "Bad request", "the request body is nested too deeply", {}
     log.exception("unhandled error", exc_info=exc)
     return HTTP_500_INTERNAL_SERVER_ERROR, "Server error", "something went wrong on our side", {}
 
@@ -100,6 +123,7 @@ def _title_for(status: int) -> str:
         413: "Too large",
         415: "Unsupported file type",
         429: "Too many requests",
+        507: "Disk full",
         502: "Bad gateway",
         503: "Unavailable",
     }.get(status, "Error")
@@ -139,6 +163,7 @@ def _page_of_htmx(request: Request[Any, Any, Any]) -> str:
 
 def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     path = request.url.path
+    exc = as_disk_full(request, exc)
     if path.startswith("/v1/"):  # errors before routing (404, 405): still OpenAI's shape
         from app.openai_errors import openai_error_handler  # it builds on this module
 

@@ -11,12 +11,14 @@ from litestar.datastructures import State
 from litestar.middleware import DefineMiddleware
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
+from litestar.types import Message, Scope
 
 from app.auth.admin_routes import AccountPages, AdminPages
 from app.auth.guards import csrf_token, require_principal
 from app.auth.hosts import AllowedHosts
 from app.auth.routes import AuthPages
 from app.errors import handle_error
+from app.intake import MAX_PARTS_PER_REQUEST
 from app.metrics import metrics_endpoint
 from app.rendering import render_answer
 from app.routes.api import ChatApi, DocumentsApi, SearchApi
@@ -49,10 +51,22 @@ SECURITY_HEADERS = {
 }
 
 
+# Browsers that reached us over HTTPS (directly, or through a trusted proxy that says so)
+# use nothing else for a year; never sent over plain HTTP, where it would mean nothing.
+HSTS = (b"strict-transport-security", b"max-age=31536000")
+
+
 def _add_security_headers(response: Response[Any]) -> Response[Any]:
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     return response
+
+
+async def _add_hsts(message: Message, scope: Scope) -> None:
+    if message["type"] == "http.response.start" and scope.get("scheme") == "https":
+        headers = list(message.get("headers", []))
+        if not any(name.lower() == HSTS[0] for name, _ in headers):
+            message["headers"] = [*headers, HSTS]
 
 
 def _configure_templates(engine: JinjaTemplateEngine) -> None:
@@ -99,7 +113,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ),
         exception_handlers={Exception: handle_error},
         after_request=_add_security_headers,
+        before_send=[_add_hsts],
         request_max_body_size=settings.max_upload_bytes,
+        multipart_form_part_limit=MAX_PARTS_PER_REQUEST,
         cors_config=_cors(settings),
         middleware=[DefineMiddleware(AllowedHosts, allowed=settings.served_hosts)],
     )

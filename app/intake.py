@@ -8,15 +8,19 @@ from typing import Any
 
 from litestar import Request
 from litestar.datastructures import UploadFile
+from litestar.exceptions import ClientException
 
 from app.auth.access import require_writable
-from app.errors import UnprocessableInput, UnsupportedMediaType
+from app.errors import AppError, UnprocessableInput, UnsupportedMediaType
 from app.services import Services
+from retrieval.display import shown
 from retrieval.library import display_filename
 from retrieval.parsers import UnsupportedDocumentType, detect_kind
 from retrieval.records import DocumentRecord
 
 MAX_FILES_PER_REQUEST = 100
+# Litestar's cap on multipart parts (create_app sets it): files plus a few form fields.
+MAX_PARTS_PER_REQUEST = MAX_FILES_PER_REQUEST + 20
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,15 @@ async def read_files(request: Request[Any, Any, Any], field: str = "file") -> li
         form = await request.form()
     except ValueError as exc:  # e.g. a non-file part that is not UTF-8 (UnicodeDecodeError)
         raise UnprocessableInput("the multipart body is malformed") from exc
+    except ClientException as exc:
+        if exc.status_code != 400:  # a body over the size limit is already a clear 413
+            raise
+        if "Too Large" not in exc.detail:  # Litestar words its part-count limit as a size
+            raise UnprocessableInput("the multipart body is malformed") from exc
+        raise AppError(
+            f"the multipart body has more than {MAX_PARTS_PER_REQUEST} parts or a part with "
+            f"oversized headers; send at most {MAX_FILES_PER_REQUEST} files per request"
+        ) from exc
     values = form.getall(field) if field in form else []
     parts = [part for part in values if isinstance(part, UploadFile)]
     if not parts:
@@ -57,7 +70,7 @@ def unsupported(files: list[IncomingFile]) -> list[Rejected]:
         try:
             detect_kind(file.data, file.filename)
         except UnsupportedDocumentType as exc:
-            rejected.append(Rejected(file.filename, str(exc)))
+            rejected.append(Rejected(shown(file.filename), str(exc)))
     return rejected
 
 
@@ -76,7 +89,7 @@ async def submit_all(
                 data=file.data, filename=file.filename, collection_id=target
             )
         except UnsupportedDocumentType as exc:
-            return Rejected(file.filename, str(exc))
+            return Rejected(shown(file.filename), str(exc))
         return Accepted(document, duplicate=not created)
 
     return [await asyncio.to_thread(submit, file) for file in files]

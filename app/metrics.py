@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from litestar import Response, get
 from litestar.datastructures import State
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from llm.backend import Backend
@@ -106,11 +106,31 @@ class _BackendGauges(Collector):
                 "ragdesk_kv_cells", "KV cache cells in total.", labels=["model"]
             ),
         }
+        disk = {
+            "kv_disk_hits": CounterMetricFamily(
+                "ragdesk_kv_disk_hits",
+                "Conversation KV states reloaded from disk.",
+                labels=["model"],
+            ),
+            "kv_disk_misses": CounterMetricFamily(
+                "ragdesk_kv_disk_misses",
+                "Conversations with no usable state on disk.",
+                labels=["model"],
+            ),
+            "kv_disk_bytes_written": CounterMetricFamily(
+                "ragdesk_kv_disk_written_bytes",
+                "Bytes of KV state written to disk.",
+                labels=["model"],
+            ),
+        }
         for backend in self._loaded():
             stats = backend.stats()
-            for field, family in families.items():
-                family.add_metric([backend.name], getattr(stats, field))
+            for field, gauge in families.items():
+                gauge.add_metric([backend.name], getattr(stats, field))
+            for field, counter in disk.items():
+                counter.add_metric([backend.name], getattr(stats, field))
         yield from families.values()
+        yield from disk.values()
 
 
 class _RetrievalGauges(Collector):

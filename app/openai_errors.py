@@ -38,12 +38,19 @@ def error_body(status: int, message: str, param: str | None, code: str | None) -
 _TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
 
-def describe(exc: Exception) -> tuple[int, str, str | None, str | None, dict[str, str]]:
+# The request field that holds the prompt, by endpoint (for context-length errors).
+_PROMPT_PARAMS = {"/v1/completions": "prompt", "/v1/embeddings": "input"}
+
+
+def describe(
+    exc: Exception, path: str = "/v1/chat/completions"
+) -> tuple[int, str, str | None, str | None, dict[str, str]]:
     """(status, message, param, code, headers) of any exception a /v1 route may raise."""
     if isinstance(exc, OpenAIError):
         return exc.status, exc.message, exc.param, exc.code, {}
     if isinstance(exc, ContextOverflow):
-        return 400, exc.detail, "messages", "context_length_exceeded", {}
+        param = _PROMPT_PARAMS.get(path.rstrip("/"), "messages")
+        return 400, exc.detail, param, "context_length_exceeded", {}
     if isinstance(exc, UnknownModel):
         return 404, exc.detail, "model", "model_not_found", {}
     if isinstance(exc, Overloaded):
@@ -57,6 +64,9 @@ def describe(exc: Exception) -> tuple[int, str, str | None, str | None, dict[str
     if isinstance(exc, HTTPException):
         code = "request_too_large" if exc.status_code == 413 else None
         return exc.status_code, exc.detail, None, code, dict(exc.headers or {})
+    if isinstance(exc, RecursionError):  # msgspec decoding JSON nested ~1000 deep
+        log.warning("refused a /v1 request nested too deeply to decode")
+        return 400, "the request body is nested too deeply", None, "invalid_json", {}
     log.exception("unhandled error in the /v1 API", exc_info=exc)
     return 500, "something went wrong on our side", None, None, {}
 
@@ -77,7 +87,7 @@ def _validation_message(exc: ValidationException) -> tuple[str, str | None]:
 
 
 def openai_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    status, message, param, code, headers = describe(exc)
+    status, message, param, code, headers = describe(exc, request.url.path)
     return Response(
         error_body(status, message, param, code),
         status_code=status,

@@ -33,13 +33,17 @@ from app.retrieval_settings import (
 from app.search_stages import batched, reranker
 from app.settings import Settings
 from llm.backend import Backend, FakeBackend
+from llm.engine.kv_disk import sweep_kv_leftovers
 from llm.engine.params import ModelUnavailable
+from llm.models import sweep_partial_models
 from llm.registry import Alias, Registry
 from retrieval.db import Database
+from retrieval.disk import DiskWatch
 from retrieval.embedder import (
     Embedder,
 )
 from retrieval.ingest import IngestWorker
+from retrieval.leftovers import sweep_data_leftovers
 from retrieval.library import Library
 from retrieval.parsers.isolated import IsolatedParser
 from retrieval.search import Retriever
@@ -71,6 +75,7 @@ class Services:
     parser: IsolatedParser
     auth: Auth
     metrics: Metrics
+    disk: DiskWatch
     models: Registry | None = None
     retrieval: Retrieval | None = None
     chat: ChatService | None = None
@@ -88,6 +93,8 @@ class Services:
             return "; ".join(self.load_errors)
         if self.retrieval is not None and not self.retrieval.worker.alive:
             return "the ingestion worker has stopped; see the server log"
+        if self.disk.full:
+            return f"the disk of {self.settings.data_dir} is full"
         return self.parser.problem
 
     @property
@@ -103,6 +110,8 @@ class Services:
             kinds.append("a component failed to load")
         if self.retrieval is not None and not self.retrieval.worker.alive:
             kinds.append("the ingestion worker has stopped")
+        if self.disk.full:
+            kinds.append("the disk is full")
         if self.parser.problem:
             kinds.append("the document parser does not start")
         return "; ".join(kinds) or "not ready"
@@ -168,9 +177,20 @@ def open_services(settings: Settings) -> Services:
             lambda: services.retrieval.worker if services.retrieval is not None else None,
         ),
         auth=open_auth(settings, db),
+        disk=DiskWatch(settings.data_dir),
     )
     ensure_first_admin(services.auth)
+    _sweep_crash_leftovers(services)
     return services
+
+
+def _sweep_crash_leftovers(services: Services) -> None:
+    """What a kill can leave (temp files of index saves, uploads and KV states, originals
+    whose row was deleted): before any request or the load thread can be writing."""
+    settings = services.settings
+    sweep_data_leftovers(settings.index_dir, services.library)
+    sweep_kv_leftovers(settings.kv_dir)
+    sweep_partial_models(settings.models_dir)
 
 
 def load_models(services: Services) -> None:

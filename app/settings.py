@@ -94,7 +94,13 @@ class Settings(BaseSettings):
         20, ge=1, description="Failed logins from one client address within the window."
     )
     login_failure_window_s: float = Field(
-        900.0, gt=0, description="Window in which failed logins are counted."
+        900.0, gt=0, description="Window in which failed logins and API keys are counted."
+    )
+    key_max_failures_per_address: int = Field(
+        30,
+        ge=1,
+        description="Wrong or unknown API keys from one client address within "
+        "login_failure_window_s; then every key from it gets 429 until the window moves on.",
     )
     rate_limit_per_minute: float = Field(
         600.0, ge=0, description="Requests a minute per API key or user (0 = no limit)."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llm.chat_format import ChatTemplate, checked_chat_template
@@ -104,7 +104,16 @@ class LocalModel:
         return self.engine.count_tokens(text)
 
     def stats(self) -> BackendStats:
-        return self.engine.stats()
+        stats = self.engine.stats()
+        if self._disk is None:
+            return stats
+        disk = self._disk.stats()
+        return replace(
+            stats,
+            kv_disk_hits=disk.hits,
+            kv_disk_misses=disk.misses,
+            kv_disk_bytes_written=disk.bytes_written,
+        )
 
     @property
     def idle(self) -> bool:

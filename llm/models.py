@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_PARTIAL = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.partial")
 
 
 def bundled_generator_model(models_dir: Path) -> Path:
@@ -22,3 +28,35 @@ def bundled_generator_model(models_dir: Path) -> Path:
     bundled.assemble(partial, overwrite=True)
     partial.replace(target)
     return target
+
+
+def sweep_partial_models(models_dir: Path) -> list[Path]:
+    """Remove model files whose assembly was killed (``.<name>.<pid>.partial`` of a
+    process that no longer runs); returns what went. A partial file of a live process
+    (``ragdesk prepare`` does not hold the data directory) is left alone."""
+    if not models_dir.is_dir():
+        return []
+    removed = []
+    for path in sorted(models_dir.iterdir()):
+        match = _PARTIAL.fullmatch(path.name)
+        if match is None or not path.is_file() or _running(int(match["pid"])):
+            continue
+        size = path.stat().st_size
+        path.unlink(missing_ok=True)
+        log.warning("removed %s, left by an interrupted model assembly (%d bytes)", path, size)
+        removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    except OverflowError:
+        return False
+    return True

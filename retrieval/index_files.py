@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ from typing import Any
 INDEX_FILE = "chunks.faiss"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = 1
+_STAGED_SUFFIX = ".tmp"  # of temporary files, named ``.<label>.<random>.tmp``
+
+log = logging.getLogger(__name__)
 
 
 class IndexUnusable(Exception):
@@ -59,10 +64,31 @@ class Manifest:
 def publish(directory: Path, manifest: Manifest) -> None:
     """Make staged files the live checkpoint (one atomic rename), then drop older files."""
     write_atomically(directory / MANIFEST_FILE, json.dumps(asdict(manifest)).encode())
+    for path in unnamed_files(directory, manifest):
+        path.unlink(missing_ok=True)
+
+
+def unnamed_files(directory: Path, manifest: Manifest) -> list[Path]:
+    """Checkpoint files that ``manifest`` does not name: staged by a save or a reindex
+    that never switched, or replaced by a switch whose clean-up did not run."""
     live = {name for name, _ in manifest.files()}
-    for path in directory.glob("chunks*"):
-        if path.name not in live:
-            path.unlink(missing_ok=True)
+    return [path for path in directory.glob("chunks*") if path.name not in live]
+
+
+def sweep_index_dir(directory: Path) -> list[Path]:
+    """Remove what an interrupted checkpoint leaves in ``directory``; returns what went.
+
+    Those are the temporary files of writes (``.chunks….tmp``, ``.manifest.json….tmp``)
+    and, when the manifest is readable, the ``chunks*`` files it does not name. Without a
+    readable manifest no ``chunks*`` file is touched (the rebuild's first checkpoint
+    replaces them). For the process that owns the data directory, before it writes here.
+    """
+    if not directory.is_dir():
+        return []
+    leftovers = staged_leftovers(directory, r"chunks.*|" + re.escape(MANIFEST_FILE))
+    with suppress(IndexUnusable):  # nothing is known to be unnamed
+        leftovers += unnamed_files(directory, read_manifest(directory))
+    return remove_leftovers(leftovers, "checkpoint")
 
 
 def read_manifest(directory: Path) -> Manifest:
@@ -153,8 +179,10 @@ def write_atomically(path: Path, data: bytes) -> None:
 @contextmanager
 def _staged(directory: Path, label: str) -> Iterator[Path]:
     """A temporary file in ``directory`` for the caller to fill, fsync and rename into
-    place; removed if anything fails, and the directory fsynced after the rename."""
-    fd, name = tempfile.mkstemp(dir=directory, prefix=f".{label}.", suffix=".tmp")
+    place; removed if anything fails, and the directory fsynced after the rename.
+
+    A kill leaves it behind: :func:`staged_leftovers` finds it by its name."""
+    fd, name = tempfile.mkstemp(dir=directory, prefix=f".{label}.", suffix=_STAGED_SUFFIX)
     os.close(fd)
     tmp = Path(name)
     try:
@@ -163,6 +191,32 @@ def _staged(directory: Path, label: str) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         raise
     fsync_directory(directory)
+
+
+def staged_leftovers(directory: Path, label: str) -> list[Path]:
+    """The temporary files :func:`_staged` made in ``directory`` for labels matching the
+    regular expression ``label`` (``.<label>.<random>.tmp``): left there by a kill."""
+    pattern = re.compile(rf"\.(?:{label})\.[a-z0-9_]+{re.escape(_STAGED_SUFFIX)}")
+    return [
+        path
+        for path in directory.iterdir()
+        if pattern.fullmatch(path.name) and path.is_file() and not path.is_symlink()
+    ]
+
+
+def remove_leftovers(paths: list[Path], interrupted: str) -> list[Path]:
+    """Remove ``paths`` (left by an interrupted ``interrupted``), logging each; returns
+    the ones removed (a path already gone is skipped)."""
+    removed = []
+    for path in paths:
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        log.warning("removed %s, left by an interrupted %s (%d bytes)", path, interrupted, size)
+        removed.append(path)
+    return removed
 
 
 def fsync_directory(directory: Path) -> None:

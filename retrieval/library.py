@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
+from pathlib import Path
 
 from retrieval.ingest import IngestWorker
 from retrieval.parsers import detect_kind
@@ -75,6 +76,13 @@ class Library:
         if created and self.worker is not None:
             self.worker.enqueue(document.id)
         return document, created
+
+    def sweep(self) -> list[Path]:
+        """Remove uploaded files no document names, and temporary files of interrupted
+        writes (a kill between a file and its row); returns what went. Under the files
+        lock, so an upload or delete in flight is never mistaken for a leftover."""
+        with self._files_lock:
+            return self.files.sweep(self.store.stored_names())
 
     def delete(self, document_id: int) -> None:
         """Delete at once from SQLite and the vector index; the file goes when unused.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from retrieval.display import shown
 from retrieval.types import DocumentKind, DocumentStatus
 
 
@@ -25,11 +26,18 @@ class DocumentRecord:
     created_at: float
     updated_at: float
 
+    original_filename: str = ""  # as uploaded: only for the download's ``filename*``
+
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> DocumentRecord:
+        """A stored row, its name and title made safe to show (``retrieval.display``)."""
         values = dict(row)
         values["kind"] = DocumentKind(values["kind"])
         values["status"] = DocumentStatus(values["status"])
+        values["original_filename"] = values["filename"]
+        values["filename"] = shown(values["filename"])
+        if values["title"] is not None:
+            values["title"] = shown(values["title"])
         return cls(**values)
 
     @property

@@ -8,6 +8,7 @@ from collections.abc import Collection, Iterable, Sequence
 import numpy as np
 
 from retrieval.db import Database
+from retrieval.display import shown
 from retrieval.embedder import Vectors
 from retrieval.index import IdArray
 from retrieval.records import CollectionRecord, DocumentRecord
@@ -151,6 +152,14 @@ class DocumentStore:
         )
         return any(True for _ in rows)
 
+    def stored_names(self) -> set[str]:
+        """The stored file of every document (what the uploads directory must keep).
+
+        Read on the writer connection: never an older snapshot than the last commit."""
+        with self.db.write() as db:
+            rows = db.execute("SELECT DISTINCT stored_name FROM documents").fetchall()
+        return {str(row[0]) for row in rows}
+
     def delete_document(self, document_id: int) -> IdArray:
         """Delete the document and everything derived from it; returns its chunk ids."""
         with self.db.write() as db:
@@ -280,7 +289,7 @@ class DocumentStore:
             Hit(
                 chunk_id=chunk_id,
                 document_id=row["document_id"],
-                title=row["title"],
+                title=shown(row["title"]),
                 page=row["page"],
                 start=row["start"],
                 end=row["end"],

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from retrieval.index import FaissIndex
-from retrieval.index_files import read_manifest
+from retrieval.index_files import read_manifest, sweep_index_dir
 from retrieval.index_types import IndexSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,3 +77,48 @@ def test_index_loads_after_the_writer_is_killed_mid_checkpoint(
         live = {name for name, _ in manifest.files()}
         assert len([p for p in directory.glob("chunks*") if p.name not in live]) <= 3
     assert counts == sorted(set(counts))  # each run's checkpoints were kept
+
+
+# WRITER on a slow disk (each fsync takes 0.3 s, as for a large index), saying when each
+# save starts: a kill from outside lands inside one, at a random moment.
+SLOW_DISK_WRITER = (
+    "import os, time\n"
+    "_fsync = os.fsync\n"
+    "os.fsync = lambda fd: (time.sleep(0.3), _fsync(fd))[1]\n"
+    + WRITER.replace(
+        "    index.save(directory)", "    print('saving', flush=True)\n    index.save(directory)"
+    )
+)
+
+
+def test_the_start_up_sweep_removes_what_killed_checkpoints_leave(tmp_path: Path) -> None:
+    """Kills inside saves leave temporary files the size of the index (and files never
+    made live); the sweep a start runs removes them, and nothing the manifest names."""
+    directory = tmp_path / "index"
+    rng = np.random.default_rng(5)
+    left = []
+    for _ in range(3):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", SLOW_DISK_WRITER, str(directory), "1e9"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdout is not None
+        while writer.stdout.readline().strip() != "saving":  # this run's first save ...
+            pass
+        while writer.stdout.readline().strip() != "saving":  # ... done; the second begins
+            pass
+        time.sleep(float(rng.uniform(0.15, 0.9)))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        manifest = read_manifest(directory)
+        live = {name for name, _ in manifest.files()} | {"manifest.json"}
+        left.append({p.name for p in directory.iterdir()} - live)
+    assert any(name.endswith(".tmp") for names in left for name in names), left
+    before = {p.name for p in directory.iterdir()}
+    removed = sweep_index_dir(directory)
+    assert {p.name for p in removed} == before - live
+    assert {p.name for p in directory.iterdir()} == live
+    index = FaissIndex.load(directory, model_id="m", dimension=64)
+    assert index.count == manifest.count

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
-from llm.engine.kv_disk import MAGIC, KvDiskCache, SavedState
+from llm.engine.kv_disk import MAGIC, KvDiskCache, KvDiskStats, SavedState, sweep_kv_leftovers
+from llm.engine.kv_policy import WritePolicy
 
 MODEL = "model-a"
+ROOT = Path(__file__).resolve().parent.parent
+# The budget and eviction tests write their small budgets many times over in a second: far
+# faster than the turnover cap allows (test_kv_policy.py tests the cap).
+UNCAPPED = WritePolicy(turnover_s=0)
 
 
 @pytest.fixture
@@ -21,8 +31,10 @@ def cache(tmp_path: Path) -> Iterator[KvDiskCache]:
     kv.close()
 
 
-def open_cache(directory: Path, budget_bytes: int, model: str = MODEL) -> KvDiskCache:
-    return KvDiskCache(directory, budget_bytes=budget_bytes, model_fingerprint=model)
+def open_cache(
+    directory: Path, budget_bytes: int, model: str = MODEL, policy: WritePolicy = UNCAPPED
+) -> KvDiskCache:
+    return KvDiskCache(directory, budget_bytes=budget_bytes, model_fingerprint=model, policy=policy)
 
 
 def kv_files(directory: Path) -> list[Path]:
@@ -274,5 +286,212 @@ def test_save_does_not_block_when_the_writer_is_behind(tmp_path: Path) -> None:
         kv.flush()
         saved = kv_files(tmp_path)
         assert 1 <= len(saved) <= 200  # some may be dropped, never blocked on
+    finally:
+        kv.close()
+
+
+# --- failed writes and what a kill leaves --------------------------------------------------
+
+
+class FullDisk:
+    """A file on a disk that fills up: the first write lands in part, then ENOSPC."""
+
+    def __init__(self, handle: IO[bytes]):
+        self.handle = handle
+
+    def write(self, data: bytes) -> int:
+        self.handle.write(data[: len(data) // 2])
+        self.handle.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __enter__(self) -> FullDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.close()
+
+
+def test_a_full_disk_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv = open_cache(tmp_path, budget_bytes=1_000_000)
+    try:
+        kv.save("conv", SavedState([1], b"saved before the disk filled"))
+        kv.flush()
+        real_open = Path.open
+
+        def open_on_full_disk(path: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            handle = real_open(path, mode, *args, **kwargs)
+            return FullDisk(handle) if path.parent == tmp_path and "w" in mode else handle
+
+        monkeypatch.setattr(Path, "open", open_on_full_disk)
+        kv.save("conv", SavedState([1, 2, 3], b"x" * 10_000))
+        kv.save("other", SavedState([4], b"y" * 10_000))
+        kv.flush()
+        assert sorted(p.name for p in tmp_path.iterdir()) == [kv._path("conv").name]
+        assert kv.stats().write_errors == 2
+        monkeypatch.undo()  # space again: the cache still works
+        assert kv.load("conv") == SavedState([1], b"saved before the disk filled")
+        kv.save("conv", SavedState([1, 2, 3], b"z" * 100))
+        kv.flush()
+        assert kv.load("conv") == SavedState([1, 2, 3], b"z" * 100)
+    finally:
+        kv.close()
+
+
+def test_opening_the_cache_removes_temporary_files_a_kill_left(tmp_path: Path) -> None:
+    first = open_cache(tmp_path, 100_000)
+    first.save("conv", SavedState([1, 2], b"live"))
+    first.close()
+    live = first._path("conv")
+    leftover = live.with_suffix(".tmp140245")  # as _write names them: killed before rename
+    leftover.write_bytes(live.read_bytes()[:7])
+    other = tmp_path / "notes.tmp1"  # not a name the cache writes
+    other.write_bytes(b"keep")
+    second = open_cache(tmp_path, 100_000)
+    try:
+        assert not leftover.exists()
+        assert other.exists()
+        assert second.load("conv") == SavedState([1, 2], b"live")
+    finally:
+        second.close()
+
+
+def test_the_start_up_sweep_covers_every_models_directory(tmp_path: Path) -> None:
+    leftovers = [tmp_path / "gemma" / f"{'a' * 32}.tmp1", tmp_path / "qwen" / f"{'b' * 32}.tmp2"]
+    kept = [tmp_path / "gemma" / f"{'a' * 32}.kv", tmp_path / "qwen" / "README.tmp"]
+    for path in leftovers + kept:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x")
+    assert sorted(sweep_kv_leftovers(tmp_path)) == sorted(leftovers)
+    assert [p.exists() for p in leftovers + kept] == [False, False, True, True]
+    assert sweep_kv_leftovers(tmp_path / "absent") == []
+
+
+# A cache killed (SIGKILL) between writing a state and renaming it into place.
+KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from llm.engine.kv_disk import KvDiskCache, SavedState
+kv = KvDiskCache(Path(sys.argv[1]), budget_bytes=1_000_000, model_fingerprint="model-a")
+kv.save("live", SavedState([1], b"live"))
+kv.flush()
+Path.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+kv.save("conv", SavedState([1, 2, 3], b"s" * 100_000))
+kv.flush()
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_a_temporary_file_the_next_start_removes(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path)], cwd=ROOT, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL
+    (leftover,) = (p for p in tmp_path.iterdir() if p.suffix != ".kv")
+    assert leftover.stat().st_size > 100_000
+    kv = open_cache(tmp_path, 1_000_000)
+    try:
+        assert sorted(p.suffix for p in tmp_path.iterdir()) == [".kv"]
+        assert kv.load("live") == SavedState([1], b"live")
+        assert kv.load("conv") is None
+    finally:
+        kv.close()
+
+
+# --- what is written, and the counters ------------------------------------------------------
+
+
+def test_counters_say_what_the_cache_buys_and_costs(cache: KvDiskCache) -> None:
+    assert cache.stats() == KvDiskStats()
+    assert cache.load("conv") is None
+    cache.save("conv", SavedState([1, 2, 3], b"x" * 500))
+    cache.flush()
+    assert cache.load("conv") is not None
+    stats = cache.stats()
+    assert (stats.hits, stats.misses, stats.restored_tokens) == (1, 1, 3)
+    assert stats.writes == 1
+    assert stats.bytes_written == cache._path("conv").stat().st_size
+    assert (cache.hits, cache.misses, cache.writes) == (1, 1, 1)  # the same, as attributes
+
+
+def test_a_growing_conversation_is_rewritten_only_when_it_has_doubled(
+    cache: KvDiskCache,
+) -> None:
+    tokens: list[int] = []
+    saved: tuple[list[int], bytes] = ([], b"")
+    for turn in range(12):
+        assert cache.load("conv") == (SavedState(*saved) if turn else None)
+        tokens = tokens + list(range(turn * 100, turn * 100 + 100))
+        state = bytes([turn]) * (10 * len(tokens))  # a state's size follows its tokens
+        cache.save("conv", SavedState(tokens, state))
+        cache.flush()
+        if turn in (0, 1, 3, 7):  # 100, 200, 400, 800 tokens
+            saved = (list(tokens), state)
+    stats = cache.stats()
+    assert (stats.writes, stats.skipped_covered) == (4, 8)
+    assert stats.bytes_written < 2 * cache._path("conv").stat().st_size + 4 * 2_000
+    assert cache.load("conv") == SavedState(*saved)  # 800 of 1200 tokens
+
+
+def test_an_unchanged_state_is_not_rewritten(cache: KvDiskCache) -> None:
+    for _ in range(3):
+        cache.save("conv", SavedState([1, 2, 3], b"x" * 100))
+        cache.flush()
+    assert (cache.writes, cache.skipped_covered) == (1, 2)
+
+
+def test_a_state_that_left_the_saved_prefix_is_written(cache: KvDiskCache) -> None:
+    cache.save("conv", SavedState(list(range(1000)), b"old"))
+    cache.flush()
+    dropped_a_turn = [*range(10), *range(600, 1100)]  # the oldest turns dropped to fit
+    cache.save("conv", SavedState(dropped_a_turn, b"new"))
+    cache.flush()
+    assert cache.load("conv") == SavedState(dropped_a_turn, b"new")
+
+
+def test_the_saved_prefix_is_learned_from_disk_after_a_restart(tmp_path: Path) -> None:
+    first = open_cache(tmp_path, 100_000)
+    first.save("conv", SavedState(list(range(100)), b"first"))
+    first.close()
+    second = open_cache(tmp_path, 100_000)
+    try:
+        assert second.load("conv") is not None  # every turn loads before it runs
+        second.save("conv", SavedState(list(range(150)), b"longer"))
+        second.flush()
+        assert second.load("conv") == SavedState(list(range(100)), b"first")
+        assert second.skipped_covered == 1
+    finally:
+        second.close()
+
+
+def test_writes_stop_at_the_turnover_cap(tmp_path: Path) -> None:
+    budget = 100_000  # a quarter of it may go at once; then 100 kB an hour
+    kv = open_cache(tmp_path, budget, policy=WritePolicy(turnover_s=3600))
+    try:
+        for i in range(20):
+            kv.save(f"conv-{i}", SavedState([i], b"x" * 5_000))
+            kv.flush()
+        stats = kv.stats()
+        assert stats.writes == 5  # 25 kB
+        assert stats.skipped_rate == 15
+        assert stats.bytes_written < budget // 4 + 5_100
+    finally:
+        kv.close()
+
+
+def test_a_failed_write_forgets_the_saved_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kv = open_cache(tmp_path, 1_000_000)
+    try:
+        monkeypatch.setattr(kv, "_write", lambda *args: (_ for _ in ()).throw(OSError("EIO")))
+        kv.save("conv", SavedState([1, 2], b"lost"))
+        kv.flush()
+        monkeypatch.undo()
+        kv.save("conv", SavedState([1, 2], b"again"))  # not skipped as already saved
+        kv.flush()
+        assert kv.load("conv") == SavedState([1, 2], b"again")
     finally:
         kv.close()

@@ -65,3 +65,9 @@ def test_retrieval_gauges_follow_the_index_queue_and_embedding_cache(
     wait_for(lambda: gauges()["ragdesk_index_vectors"] == before["ragdesk_index_vectors"] + 1)
     total = 'ragdesk_embedding_cache_bytes{kind="total"}'
     wait_for(lambda: gauges()[total] > before[total])
+
+
+def test_the_kv_disk_cache_counters_are_exported(client: TestClient[Any]) -> None:
+    text = scrape(client).text
+    for name in ("hits", "misses", "written_bytes"):
+        assert f"ragdesk_kv_disk_{name}_total{{model=" in text

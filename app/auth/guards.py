@@ -81,9 +81,29 @@ async def identify(connection: ASGIConnection[Any, Any, Any, Any], auth: Auth) -
     with a cookie), else the session's."""
     token = bearer_token(connection)
     if token is not None:
-        return auth.keys.authenticate(token) if token else None
+        return await key_principal(connection, auth, token)
     cookie = connection.cookies.get(COOKIE_NAME)
     return await session_principal(connection, auth, cookie) if cookie else None
+
+
+async def key_principal(
+    connection: ASGIConnection[Any, Any, Any, Any], auth: Auth, token: str
+) -> Principal | None:
+    """The key's principal; a wrong or unknown key counts against the client's address,
+    which past its limit may not present any key for a while (429)."""
+    address = client_address(connection)
+    wait = auth.key_failures.retry_after(address)
+    if wait > 0:
+        raise TooManyRequests(wait, "too many wrong API keys from this address; slow down")
+    principal = auth.keys.authenticate(token) if token else None
+    if principal is None:
+        auth.key_failures.failed(address)
+    return principal
+
+
+def client_address(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    """The peer's address (a trusted proxy's forwarded one: uvicorn resolves it)."""
+    return connection.client.host if connection.client else "unknown"
 
 
 async def session_principal(

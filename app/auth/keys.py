@@ -17,6 +17,7 @@ from retrieval.db import Database
 
 KEY_SHAPE = re.compile(r"rdk_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 LAST_USED_EVERY_S = 60.0  # last-used time is written at most this often per key
+_NO_KEY_HASH = "0" * 64  # compared against when the prefix names no key
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,10 @@ class ApiKeys:
             )
             .fetchone()
         )
-        if row is None or not hmac.compare_digest(str(row["key_hash"]), token_hash(key)):
+        # Hash and compare whether or not the prefix exists, so the time taken does not
+        # tell a guesser which prefixes are real.
+        expected = str(row["key_hash"]) if row is not None else _NO_KEY_HASH
+        if not hmac.compare_digest(expected, token_hash(key)) or row is None:
             return None
         api_key = self._key(row)
         user = User(api_key.user_id, api_key.user_name, row["role"])

@@ -42,6 +42,51 @@ class TokenBuckets:
             return (1.0 - tokens) / self.rate
 
 
+class KeyFailures:
+    """Wrong or unknown API keys per client address, in a sliding window: past ``limit``
+    the address may not try any key (429) until its oldest failure leaves the window, so
+    keys cannot be guessed at request speed."""
+
+    def __init__(self, limit: int, window_s: float, clock: Clock = time.monotonic):
+        self.limit = limit
+        self.window_s = window_s
+        self.clock = clock
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def retry_after(self, address: str) -> int:
+        """Seconds before ``address`` may present a key again (0: now)."""
+        now = self.clock()
+        with self._lock:
+            times = _recent(self._failures, address, now, self.window_s)
+            if len(times) < self.limit:
+                return 0
+            return max(1, math.ceil(times[0] + self.window_s - now))
+
+    def failed(self, address: str) -> None:
+        now = self.clock()
+        with self._lock:
+            self._failures.setdefault(address, deque()).append(now)
+            if len(self._failures) > 100_000:  # forget addresses whose failures have expired
+                for key in list(self._failures):
+                    _recent(self._failures, key, now, self.window_s)
+
+
+def _recent(
+    failures: dict[str, deque[float]], key: str, now: float, window_s: float
+) -> deque[float]:
+    """The key's failures still in the window; a key left with none is forgotten, so the
+    table does not grow with every name or address ever tried."""
+    times = failures.get(key)
+    if times is None:
+        return deque()
+    while times and times[0] <= now - window_s:
+        times.popleft()
+    if not times:
+        del failures[key]
+    return times
+
+
 class LoginThrottle:
     """Failed logins per user name and per client address, in a sliding window.
 
@@ -120,13 +165,4 @@ class LoginThrottle:
                     del self._failures[f"addr:{address}"]
 
     def _recent(self, key: str, now: float) -> deque[float]:
-        """The key's failures still in the window; a key left with none is forgotten, so
-        the table does not grow with every name ever tried."""
-        times = self._failures.get(key)
-        if times is None:
-            return deque()
-        while times and times[0] <= now - self.window_s:
-            times.popleft()
-        if not times:
-            del self._failures[key]
-        return times
+        return _recent(self._failures, key, now, self.window_s)

@@ -17,6 +17,7 @@ from app.auth.guards import (
     TooManyRequests,
     auth_of,
     check_same_origin,
+    client_address,
     current_principal,
 )
 from app.auth.sessions import COOKIE_NAME
@@ -54,10 +55,6 @@ def session_cookie(request: Request[Any, Any, Any], value: str, max_age: int) ->
     )
 
 
-def _client_address(request: Request[Any, Any, Any]) -> str:
-    return request.client.host if request.client else "unknown"
-
-
 class AuthPages(Controller):
     @get("/login", opt={"public": True})
     async def login_page(self, request: Request[Any, Any, Any], next: str = "/") -> Response[Any]:
@@ -74,7 +71,7 @@ class AuthPages(Controller):
         check_same_origin(request)  # no session yet to hold a token: the origin must match
         auth = auth_of(request)
         name, password = data.name.strip()[:MAX_FIELD], data.password[:MAX_FIELD]
-        address = _client_address(request)
+        address = client_address(request)
         wait = auth.logins.begin(name, address)  # counted now: parallel guesses add up
         if wait > 0:
             raise TooManyRequests(wait, "too many failed sign-ins; try again later")

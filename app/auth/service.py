@@ -11,7 +11,7 @@ from app.auth.keys import ApiKeys
 from app.auth.members import Members
 from app.auth.ownership import Ownership
 from app.auth.passwords import Passwords, generate_password
-from app.auth.ratelimit import LoginThrottle, TokenBuckets
+from app.auth.ratelimit import KeyFailures, LoginThrottle, TokenBuckets
 from app.auth.sessions import Sessions
 from app.auth.users import Users
 from app.settings import Settings
@@ -31,6 +31,7 @@ class Auth:
     audit: Audit
     buckets: TokenBuckets
     logins: LoginThrottle
+    key_failures: KeyFailures
 
 
 def passwords_for(settings: Settings) -> Passwords:
@@ -54,6 +55,9 @@ def open_auth(settings: Settings, db: Database) -> Auth:
             per_user=settings.login_max_failures_per_user,
             per_address=settings.login_max_failures_per_address,
             window_s=settings.login_failure_window_s,
+        ),
+        key_failures=KeyFailures(
+            settings.key_max_failures_per_address, settings.login_failure_window_s
         ),
     )
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, head, post
 from litestar.di import Provide
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
@@ -27,7 +27,7 @@ from app.conversations import Message
 from app.deps import provide_chat, provide_retrieval, provide_services
 from app.errors import AppError, NotFound
 from app.intake import Accepted, read_files, require_all_supported, submit_all
-from app.routes.document_views import original_file
+from app.routes.document_views import original_file, original_file_head
 from app.schemas import (
     ChatDone,
     ChatIn,
@@ -82,6 +82,12 @@ class DocumentsApi(Controller):
     async def download_document(self, document_id: RowId, services: Services) -> Response[bytes]:
         """The uploaded file as it was sent, as an attachment."""
         return await original_file(services, document_id)
+
+    @head("/{document_id:int}/download")
+    async def download_document_head(
+        self, document_id: RowId, services: Services
+    ) -> Response[None]:
+        return await original_file_head(services, document_id)
 
     @delete("/{document_id:int}", status_code=HTTP_204_NO_CONTENT)
     async def delete_document(self, document_id: RowId, services: Services) -> None:

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import numpy as np
-from litestar import Controller, Response, get, post
+from litestar import Controller, Response, get, head, post
 from litestar.di import Provide
 from litestar.params import Parameter
 from litestar.response import Template
@@ -16,7 +16,11 @@ from litestar.response import Template
 from app.deps import provide_services
 from app.errors import NotFound
 from app.routes.conversations_ui import Conflict
-from app.routes.document_views import document_row_template, original_file
+from app.routes.document_views import (
+    document_row_template,
+    original_file,
+    original_file_head,
+)
 from app.schemas import RowId
 from app.services import Services
 from app.ui_context import shell_context
@@ -132,6 +136,10 @@ class CollectionsUi(Controller):
     @get("/documents/{document_id:int}/original")
     async def original(self, document_id: RowId, services: Services) -> Response[bytes]:
         return await original_file(services, document_id)
+
+    @head("/documents/{document_id:int}/original")
+    async def original_head(self, document_id: RowId, services: Services) -> Response[None]:
+        return await original_file_head(services, document_id)
 
 
 def reingest(services: Services, document_id: int) -> DocumentRecord:

@@ -10,6 +10,9 @@ from litestar.response import Response, Template
 
 from app.errors import NotFound
 from app.services import Services
+from retrieval.records import DocumentRecord
+
+DOWNLOAD_TYPE = "application/octet-stream"
 
 
 async def document_row_template(services: Services, document_id: int, template: str) -> Template:
@@ -24,18 +27,31 @@ async def document_row_template(services: Services, document_id: int, template: 
 
 async def original_file(services: Services, document_id: int) -> Response[bytes]:
     """The uploaded bytes, always as a download (never rendered on our origin)."""
-    document = await asyncio.to_thread(services.store.get_document, document_id)
-    if document is None:
-        raise NotFound("no such document")
+    document = await _document(services, document_id)
     try:
         data = await asyncio.to_thread(services.library.files.read, document.stored_name)
     except FileNotFoundError:
         raise NotFound("the original file is missing from disk") from None
-    return Response(
-        data,
-        media_type="application/octet-stream",
-        headers={"Content-Disposition": attachment(document.filename)},
-    )
+    return Response(data, media_type=DOWNLOAD_TYPE, headers=_download_headers(document))
+
+
+async def original_file_head(services: Services, document_id: int) -> Response[None]:
+    """What ``original_file`` would send, without the bytes (``HEAD``)."""
+    document = await _document(services, document_id)
+    headers = {**_download_headers(document), "Content-Length": str(document.size)}
+    # No body; Litestar cannot serialise None as octet-stream, so an empty one.
+    return Response(b"", media_type=DOWNLOAD_TYPE, headers=headers)  # type: ignore[arg-type]
+
+
+async def _document(services: Services, document_id: int) -> DocumentRecord:
+    document = await asyncio.to_thread(services.store.get_document, document_id)
+    if document is None:
+        raise NotFound("no such document")
+    return document
+
+
+def _download_headers(document: DocumentRecord) -> dict[str, str]:
+    return {"Content-Disposition": attachment(document.original_filename)}
 
 
 def attachment(filename: str) -> str:

@@ -3,7 +3,37 @@
 A file holds one sequence's llama.cpp state and the tokens it encodes, so a conversation
 resumed after its cells were evicted, or after a restart, starts from the cached prefix
 instead of prefilling everything. Files are written off the engine thread, atomically;
-anything unreadable or made by another model is ignored and removed.
+anything unreadable or made by another model is ignored and removed. A write that fails
+(a full disk included) removes its temporary file, and opening the cache removes those a
+kill left (:func:`sweep_kv_leftovers`).
+
+What is written (``llm/engine/kv_policy.py``). The engine offers a conversation's whole
+state after every answer. Writing each one costs the whole state per turn: a conversation
+of n turns wrote about n/2 times its final size, and a mixed load wrote ~100 MB/min. A
+saved state is worth only the prefill it saves when the conversation resumes, i.e. the
+prefix it shares with the next prompt, so:
+
+1. Geometric rewrites. A key's state is written again only once it is ``growth`` (2)
+   times the prefix its saved state already covers: each rewrite gains (newly covered
+   tokens) at least half of what it costs (tokens written); an unchanged state, or one a
+   few tokens longer, is never rewritten; a conversation's writes total at most
+   growth/(growth-1) = 2 times its largest state, however many turns it has; and a resume
+   still finds at least 1/growth of what it could. A state that left the saved prefix
+   early (the oldest turns dropped to fit the context) is written at once.
+2. A turnover cap. On average at most the budget is written per ``turnover_s`` (an hour),
+   at most a quarter of it at once. Writing faster only replaces states before they could
+   be resumed (at 100 MB/min a 1 GB cache keeps a state ~10 minutes, a gap the in-memory
+   prefix cache mostly covers anyway).
+
+States larger than the budget, and states offered while the writer is behind, are not
+written. The tokens of each saved state are known from writing or loading it (every turn
+loads before it runs), so rule 1 holds across restarts too.
+
+Counters (also as one snapshot from :meth:`KvDiskCache.stats`): ``hits``, ``misses`` and
+``restored_tokens`` (the most prefill the hits can save: the engine uses a loaded state
+only when it covers more than memory holds) say what the cache buys; ``writes``,
+``bytes_written`` and ``write_errors`` what it costs; ``skipped_covered``,
+``skipped_rate``, ``skipped_too_large`` and ``dropped_busy`` what was not written, and why.
 """
 
 from __future__ import annotations
@@ -13,15 +43,21 @@ import json
 import logging
 import os
 import queue
+import re
 import struct
 import threading
-from dataclasses import dataclass
+import time
+from array import array
+from dataclasses import dataclass, fields
 from pathlib import Path
+
+from llm.engine.kv_policy import WritePolicy, WriteRate, worth_rewriting
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"RDKV1\n"
 _HEADER = struct.Struct("<I")
+_TEMP = re.compile(r"[0-9a-f]{32}\.tmp\d+")  # ``_write``'s temporary files
 
 
 @dataclass(frozen=True)
@@ -30,17 +66,51 @@ class SavedState:
     state: bytes
 
 
+@dataclass(frozen=True)
+class KvDiskStats:
+    hits: int = 0
+    misses: int = 0
+    restored_tokens: int = 0
+    writes: int = 0
+    bytes_written: int = 0
+    write_errors: int = 0
+    skipped_covered: int = 0
+    skipped_rate: int = 0
+    skipped_too_large: int = 0
+    dropped_busy: int = 0
+
+
 class KvDiskCache:
-    def __init__(self, directory: Path, *, budget_bytes: int, model_fingerprint: str):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        budget_bytes: int,
+        model_fingerprint: str,
+        policy: WritePolicy | None = None,
+    ):
         self.directory = directory
         self.budget_bytes = budget_bytes
         self.model = model_fingerprint
+        self.policy = policy or WritePolicy()
         directory.mkdir(parents=True, exist_ok=True)
+        sweep_kv_leftovers(directory)
+        self._lock = threading.Lock()  # the counters, the rate and what is known saved
+        self._rate = WriteRate(budget_bytes, self.policy, time.monotonic())
+        self._saved: dict[str, array[int]] = {}  # file name -> the tokens it holds
+        self.hits = self.misses = self.restored_tokens = 0
+        self.writes = self.bytes_written = self.write_errors = 0
+        self.skipped_covered = self.skipped_rate = self.skipped_too_large = 0
+        self.dropped_busy = 0
         self._writes: queue.Queue[tuple[str, SavedState] | None] = queue.Queue(maxsize=4)
         self._writer = threading.Thread(
             target=self._write_loop, name="ragdesk-kv-disk", daemon=True
         )
         self._writer.start()
+
+    def stats(self) -> KvDiskStats:
+        with self._lock:
+            return KvDiskStats(**{f.name: getattr(self, f.name) for f in fields(KvDiskStats)})
 
     def _path(self, key: str) -> Path:
         digest = hashlib.sha256(f"{self.model}\0{key}".encode()).hexdigest()[:32]
@@ -48,6 +118,18 @@ class KvDiskCache:
 
     def load(self, key: str) -> SavedState | None:
         path = self._path(key)
+        saved = self._read(path)
+        with self._lock:
+            if saved is None:
+                self.misses += 1
+                self._saved.pop(path.name, None)
+            else:
+                self.hits += 1
+                self.restored_tokens += len(saved.tokens)
+                self._saved[path.name] = array("i", saved.tokens)
+        return saved
+
+    def _read(self, path: Path) -> SavedState | None:
         try:
             data = path.read_bytes()
             if not data.startswith(MAGIC):
@@ -71,13 +153,26 @@ class KvDiskCache:
             return None
 
     def save(self, key: str, saved: SavedState) -> None:
-        """Queue a write; dropped (not blocking the engine) when the writer is behind."""
-        if _file_size(self.model, saved) > self.budget_bytes:
-            return
-        try:
-            self._writes.put_nowait((key, saved))
-        except queue.Full:
-            log.debug("KV disk writer busy; not saving %s", key)
+        """Queue a write when the policy (module docstring) finds it worth it; never
+        blocks the engine (dropped when the writer is behind)."""
+        name = self._path(key).name
+        size = _file_size(self.model, saved)
+        with self._lock:
+            if size > self.budget_bytes:
+                self.skipped_too_large += 1
+            elif not worth_rewriting(self._saved.get(name), saved.tokens, self.policy.growth):
+                self.skipped_covered += 1
+            elif not self._rate.allows(time.monotonic()):
+                self.skipped_rate += 1
+            else:
+                try:
+                    self._writes.put_nowait((key, saved))
+                except queue.Full:
+                    self.dropped_busy += 1
+                    log.debug("KV disk writer busy; not saving %s", key)
+                    return
+                self._rate.charge(size)
+                self._saved[name] = array("i", saved.tokens)  # as good as saved, for rule 1
 
     def flush(self) -> None:
         self._writes.join()
@@ -88,23 +183,37 @@ class KvDiskCache:
 
     def _write_loop(self) -> None:
         while (item := self._writes.get()) is not None:
+            key, saved = item
             try:
-                self._write(*item)
+                size = self._write(key, saved)
+                with self._lock:
+                    self.writes += 1
+                    self.bytes_written += size
                 self._evict()
-            except OSError:
+            except Exception:
+                with self._lock:
+                    self.write_errors += 1
+                    self._saved.pop(self._path(key).name, None)  # not known any more
                 log.exception("could not save KV state")
             finally:
                 self._writes.task_done()
         self._writes.task_done()
 
-    def _write(self, key: str, saved: SavedState) -> None:
+    def _write(self, key: str, saved: SavedState) -> int:
+        """Write the file under a temporary name, then rename it; the temporary file is
+        removed if anything fails (ENOSPC included). Returns the bytes written."""
         header = _header(self.model, saved)
         path = self._path(key)
         temp = path.with_suffix(f".tmp{threading.get_ident()}")
-        with temp.open("wb") as out:
-            out.write(MAGIC + _HEADER.pack(len(header)) + header)
-            out.write(saved.state)
-        temp.replace(path)  # a cache: no fsync, a torn file is detected and dropped
+        try:
+            with temp.open("wb") as out:
+                out.write(MAGIC + _HEADER.pack(len(header)) + header)
+                out.write(saved.state)
+            temp.replace(path)  # a cache: no fsync, a torn file is detected and dropped
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        return len(MAGIC) + _HEADER.size + len(header) + len(saved.state)
 
     def _evict(self) -> None:
         files = []
@@ -119,12 +228,30 @@ class KvDiskCache:
             if total <= self.budget_bytes:
                 break
             path.unlink(missing_ok=True)
+            with self._lock:
+                self._saved.pop(path.name, None)
             total -= size
 
 
+def sweep_kv_leftovers(directory: Path) -> list[Path]:
+    """Remove the temporary files of KV writes a kill interrupted, in ``directory`` and
+    below (the KV directory of every model: those not loaded this run too); returns them."""
+    if not directory.is_dir():
+        return []
+    removed = []
+    for path in sorted(directory.rglob("*.tmp*")):
+        if not _TEMP.fullmatch(path.name) or not path.is_file():
+            continue
+        size = path.stat().st_size
+        path.unlink(missing_ok=True)
+        log.warning("removed %s, left by an interrupted KV cache write (%d bytes)", path, size)
+        removed.append(path)
+    return removed
+
+
 def _header(model: str, saved: SavedState) -> bytes:
-    fields = {"model": model, "tokens": saved.tokens, "state_bytes": len(saved.state)}
-    return json.dumps(fields).encode()
+    header = {"model": model, "tokens": saved.tokens, "state_bytes": len(saved.state)}
+    return json.dumps(header).encode()
 
 
 def _file_size(model: str, saved: SavedState) -> int:

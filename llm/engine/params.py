@@ -86,6 +86,10 @@ class BackendStats:
     sequences: int
     kv_cells_used: int
     kv_cells: int
+    # The on-disk KV cache of conversations (llm/engine/kv_disk.py), since start.
+    kv_disk_hits: int = 0
+    kv_disk_misses: int = 0
+    kv_disk_bytes_written: int = 0
 
 
 @dataclass(frozen=True)

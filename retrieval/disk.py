@@ -1,0 +1,82 @@
+"""A full disk as one known condition: recognised in any error, told once, watched until
+it clears.
+
+Writes fail in many places when the data directory's disk fills (SQLite's "database or
+disk is full", ``ENOSPC`` from a file write, a FAISS save). Each is already made atomic
+(a transaction, a temp file and a rename), so nothing half-written survives; what this
+module adds is that callers can tell the condition apart from a bug (the HTTP layer
+answers 507), that it is logged once rather than on every retry, and that readiness can
+report it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import shutil
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+SQLITE_FULL = 13
+REMEMBER_S = 60.0  # a write that failed for space counts as "full" this long
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is a full disk or quota."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
+            return True
+        if isinstance(exc, sqlite3.Error) and (
+            getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL
+            or "database or disk is full" in str(exc)
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class DiskWatch:
+    """Whether the data directory's disk is full: less than ``min_free_bytes`` free, or a
+    write failed for space in the last minute. Logs the change of state, once each way."""
+
+    def __init__(self, path: Path, min_free_bytes: int = 64 << 20):
+        self.path = path
+        self.min_free_bytes = min_free_bytes
+        self._failed_at: float | None = None
+        self._told = False
+        self._lock = threading.Lock()
+
+    def saw(self, exc: BaseException) -> bool:
+        """Record ``exc`` if it is a full disk (returns whether it was)."""
+        if not is_disk_full(exc):
+            return False
+        with self._lock:
+            self._failed_at = time.monotonic()
+            if not self._told:
+                self._told = True
+                log.error("the disk of %s is full: writes are refused until it has room", self.path)
+        return True
+
+    @property
+    def full(self) -> bool:
+        recent = self._failed_at is not None and time.monotonic() - self._failed_at < REMEMBER_S
+        try:
+            low = shutil.disk_usage(self.path).free < self.min_free_bytes
+        except OSError:
+            low = False
+        is_full = recent or low
+        with self._lock:
+            if is_full and not self._told:
+                self._told = True
+                log.error("the disk of %s is nearly full: writes may fail", self.path)
+            elif not is_full and self._told:
+                self._told = False
+                log.warning("the disk of %s has room again", self.path)
+        return is_full

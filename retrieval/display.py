@@ -1,0 +1,23 @@
+"""Names and titles made safe to show: no character that changes how text around it reads.
+
+Bidirectional controls (U+202E turns ``invoice‮txt.exe`` into what reads as
+``invoiceexe.txt``), zero-width characters and line/paragraph separators are kept in what
+is stored, but every place that shows a name or title shows them as U+FFFD, so a reader
+sees that something was there. Only a download's ``filename*`` carries the original.
+"""
+
+from __future__ import annotations
+
+import re
+
+REPLACEMENT = "\ufffd"
+# Arabic letter mark; zero-width space/joiners and LRM/RLM; embeddings and overrides;
+# word joiner and invisible operators; isolates; line and paragraph separators; BOM.
+_INVISIBLE = re.compile(
+    "[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\u2028\u2029\ufeff]"
+)
+
+
+def shown(text: str) -> str:
+    """``text`` with every direction-changing or invisible character made visible."""
+    return _INVISIBLE.sub(REPLACEMENT, text)
