@@ -85,7 +85,9 @@ def run_ingest(
     library = Library(store, UploadFiles(settings.uploads_dir))
     collection_id = store.ensure_collection(collection)
     parser = IsolatedParser(
-        timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_mb << 20
+        timeout_s=settings.parse_timeout_s,
+        memory_bytes=settings.parse_memory_mb << 20,
+        processes=settings.parse_processes,
     )
     worker: IngestWorker | None = None
     try:

@@ -69,6 +69,7 @@ def ingest_config(settings: Settings) -> IngestConfig:
         chunk_overlap_tokens=settings.chunk_overlap_tokens,
         checkpoint_seconds=settings.index_checkpoint_seconds,
         embedding_cache_max_bytes=settings.embedding_cache_max_mb << 20,
+        parse_slots=settings.parse_processes,  # one per parser process
     )
 
 

@@ -170,7 +170,9 @@ def open_services(settings: Settings) -> Services:
         conversations=Conversations(db),
         collection_id=store.ensure_collection(),
         parser=IsolatedParser(
-            timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_mb << 20
+            timeout_s=settings.parse_timeout_s,
+            memory_bytes=settings.parse_memory_mb << 20,
+            processes=settings.parse_processes,
         ),
         metrics=Metrics(
             lambda: services.loaded_models(),

@@ -169,7 +169,16 @@ class Settings(BaseSettings):
         120.0, gt=0, le=3600, description="Time budget to parse one document; then it fails."
     )
     parse_memory_mb: int = Field(
-        2048, ge=256, description="Memory cap of the parser process (bombs fail, not the server)."
+        2048,
+        ge=256,
+        description="Memory cap of each parser process (bombs fail, not the server).",
+    )
+    parse_processes: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Documents parsed at once, each in its own sandboxed process, taken in "
+        "turn from each collection: one collection's slow file never holds up the others.",
     )
     top_k: int = Field(4, ge=1, le=50, description="Sources retrieved for each question.")
     min_score: float = Field(

@@ -1,8 +1,11 @@
 """Background ingestion: queued → parsing → embedding → indexed / failed(reason).
 
-One worker thread takes document ids from a queue, so ingestion never runs on a
-request path. SQLite is written before FAISS; the FAISS file is checkpointed after a
-quiet period, and anything a crash loses is caught up from SQLite on the next start.
+Document ids are queued, so ingestion never runs on a request path. A few parse slots
+take them fairly across collections (``retrieval/parse_slots.py``: one user's slow file
+holds one slot, not everybody's uploads); one worker thread chunks, embeds and indexes
+what they parsed, in batches. SQLite is written before FAISS; the FAISS file is
+checkpointed after a quiet period, and anything a crash loses is caught up from SQLite
+on the next start.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.chunking import chunk_page
+from retrieval.disk import is_disk_full
 from retrieval.embedder import Embedder, Vectors
 from retrieval.embedding_cache import CacheUsage, EmbeddingCache
 from retrieval.embedding_cache import embedding_text as embedding_text  # re-exported
 from retrieval.index import FaissIndex
+from retrieval.parse_slots import ParseSlots
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.store import DocumentGone, DocumentStore, stored_title
@@ -45,9 +50,19 @@ class IngestConfig:
     checkpoint_seconds: float = 5.0  # quiet time before saving; 0 saves after every batch
     max_checkpoint_interval: float = 60.0  # save at least this often under constant load
     max_batch_documents: int = 32
+    # Documents parsed at once (the isolated parser runs as many child processes, two by
+    # default); a collection holds at most all but one of them.
+    parse_slots: int = 2
     embedding_cache: bool = True  # reuse vectors of texts embedded before (by content hash)
     # Cached vectors no live passage needs, kept up to this size (LRU); None = never prune.
     embedding_cache_max_bytes: int | None = 128 << 20
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    document_id: int
+    document: ParsedDocument
+    started: float
 
 
 @dataclass(frozen=True)
@@ -86,23 +101,34 @@ class IngestWorker:
         self._prune_due = threading.Event()
         self._prune_due.set()  # once after start: the library may have changed meanwhile
         self._last_prune = time.monotonic()
-        self._queue: queue.Queue[int | None] = queue.Queue()
+        self._slots: ParseSlots[_Parsed] = ParseSlots(
+            self._parse_safely,
+            self._owner_of,
+            slots=config.parse_slots,
+            backlog=config.max_batch_documents,
+        )
         self._dirty = threading.Event()
         self._stopping = threading.Event()
         self._last_checkpoint = time.monotonic()
+        self._checkpoint_failing = False
         self._thread = threading.Thread(target=self._run, name="ragdesk-ingest", daemon=True)
 
     @property
     def pending(self) -> int:
-        return self._queue.qsize()
+        return len(self._slots.waiting) + self._slots.results.qsize()
 
     def start(self) -> None:
         self._thread.start()
+        self._slots.start()
         for document_id in self.store.unfinished_documents():
             self.enqueue(document_id)  # resume work a crash or restart interrupted
 
     def enqueue(self, document_id: int) -> None:
-        self._queue.put(document_id)
+        self._slots.put(document_id)
+
+    def _owner_of(self, document_id: int) -> int | None:
+        document = self.store.get_document(document_id)
+        return document.collection_id if document is not None else None
 
     def mark_dirty(self) -> None:
         self._dirty.set()
@@ -110,19 +136,22 @@ class IngestWorker:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and self._slots.alive
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """Finish the current batch, checkpoint, stop; False if that took longer than timeout.
+        """Finish the current batch, checkpoint, stop; False if that took longer than timeout
+        (a parse in progress may: the parser's close ends it).
 
         Documents still queued stay ``queued`` in SQLite and resume on the next start.
         """
+        deadline = time.monotonic() + timeout
         self._stopping.set()
-        self._queue.put(None)  # wakes a worker waiting for work
+        self._slots.stop()  # wakes the worker if it waits for parsed documents
         self._thread.join(timeout)
-        if self._thread.is_alive():
+        stopped = self._slots.join(deadline) and not self._thread.is_alive()
+        if not stopped:
             log.warning("ingestion still busy after %.0fs; SQLite has its work", timeout)
-        return not self._thread.is_alive()
+        return stopped
 
     def checkpoint(self) -> None:
         """Save the index if it changed. Only the worker thread calls this while it runs."""
@@ -133,8 +162,24 @@ class IngestWorker:
             restructure_if_needed(self.index, self.store)  # grown past the IVF threshold?
             self.index.save(self.index_dir)
             self._last_checkpoint = time.monotonic()
-        except Exception:  # disk full, permissions: SQLite has everything, try again later
+        except Exception as exc:  # disk full, permissions: SQLite has everything, try again
             self._dirty.set()
+            self._checkpoint_failed(exc)
+        else:
+            if self._checkpoint_failing:
+                self._checkpoint_failing = False
+                log.warning("the vector index is checkpointed again")
+
+    def _checkpoint_failed(self, exc: Exception) -> None:
+        """Told once per spell of failures (a full disk would otherwise log a traceback
+        every few seconds until someone frees space); the save is atomic, so nothing
+        half-written is left, and SQLite keeps everything meanwhile."""
+        if self._checkpoint_failing:
+            return
+        self._checkpoint_failing = True
+        if is_disk_full(exc):
+            log.error("could not checkpoint the vector index: the disk is full; will retry")
+        else:
             log.exception("could not checkpoint the vector index; will retry")
 
     def _run(self) -> None:
@@ -142,7 +187,7 @@ class IngestWorker:
             try:
                 # Idle, it still wakes now and then (a damaged index to rebuild, a prune).
                 idle = self.config.checkpoint_seconds or self.config.max_checkpoint_interval
-                first = self._queue.get(timeout=idle)
+                first = self._slots.results.get(timeout=idle)
             except queue.Empty:
                 if self.index.damaged:
                     self._dirty.set()  # the checkpoint rebuilds it from SQLite
@@ -152,9 +197,13 @@ class IngestWorker:
                 continue
             batch = self._drain(first)
             try:
-                self.ingest_many(batch)
+                self._ingest_parsed(batch)
             except Exception:  # keep the worker alive whatever a batch does
-                log.exception("ingestion of documents %s failed unexpectedly", batch)
+                ids = [item.document_id for item in batch]
+                log.exception("ingestion of documents %s failed unexpectedly", ids)
+            finally:
+                for item in batch:
+                    self._slots.finished(item.document_id)
             overdue = time.monotonic() - self._last_checkpoint > self.config.max_checkpoint_interval
             if overdue or not self.config.checkpoint_seconds:
                 self.checkpoint()
@@ -194,17 +243,16 @@ class IngestWorker:
                 usage.spare_bytes / 2**20,
             )
 
-    def _drain(self, first: int | None) -> list[int]:
-        """The first id plus whatever else is already queued, up to a batch."""
-        batch: list[int] = []
+    def _drain(self, first: _Parsed | None) -> list[_Parsed]:
+        """The first parsed document plus whatever else is already parsed, up to a batch."""
+        batch: list[_Parsed] = []
         item = first
         while item is not None and not self._stopping.is_set():
-            if item not in batch:
-                batch.append(item)
+            batch.append(item)
             if len(batch) >= self.config.max_batch_documents:
                 break
             try:
-                item = self._queue.get_nowait()
+                item = self._slots.results.get_nowait()
             except queue.Empty:
                 break
         return batch
@@ -213,12 +261,16 @@ class IngestWorker:
         self.ingest_many([document_id])
 
     def ingest_many(self, document_ids: list[int]) -> None:
-        """Parse and chunk each document, embed all their chunks together, then index each.
+        """Parse each document in the calling thread, then :meth:`_ingest_parsed` them."""
+        self._ingest_parsed([p for p in map(self._parse_safely, document_ids) if p is not None])
+
+    def _ingest_parsed(self, parsed: list[_Parsed]) -> None:
+        """Chunk and store each document, embed all their chunks together, then index each.
 
         One embedding call over many documents fills whole, length-sorted batches: bulk
         uploads run at the embedder's own speed instead of paying for ragged batches.
         """
-        prepared = [p for p in map(self._prepare_safely, document_ids) if p is not None]
+        prepared = [p for p in map(self._prepare_safely, parsed) if p is not None]
         try:
             # One call for all: the embedder sorts by length and fills whole batches.
             vectors = self._embed([text for p in prepared for text in p.texts])
@@ -258,35 +310,51 @@ class IngestWorker:
             log.exception("indexing document %s failed", item.document_id)
             self._fail(item.document_id, "internal error while indexing; see the server log")
 
-    def _prepare_safely(self, document_id: int) -> _Prepared | None:
+    def _parse_safely(self, document_id: int) -> _Parsed | None:
+        """Parse one document (in a parse slot, or the caller's thread); None when there is
+        nothing more to do: failures are recorded here."""
         try:
-            return self._prepare(document_id)
+            return self._parse(document_id)
+        except DocumentGone:
+            log.info("document %s was deleted during ingestion", document_id)
         except Exception:  # one document's failure must not touch the others
-            log.exception("preparing document %s failed", document_id)
+            log.exception("parsing document %s failed", document_id)
             self._fail(document_id, "internal error while parsing; see the server log")
+        return None
+
+    def _parse(self, document_id: int) -> _Parsed | None:
+        document = self.store.get_document(document_id)
+        if document is None or document.status.is_terminal:
+            return None
+        started = time.perf_counter()
+        self.store.set_status(document_id, DocumentStatus.PARSING)
+        try:
+            data = self.files.read(document.stored_name)
+            parsed = self.parse(data, document.kind, document.filename)
+        except ParseError as exc:
+            self._fail(document_id, exc.reason)
+            return None
+        except FileNotFoundError:
+            self._fail(document_id, "the uploaded file is missing from disk")
+            return None
+        except ParserUnavailable:  # not the file's fault: it waits for the next start
+            log.warning("parser unavailable; document %s stays queued", document_id)
+            self.store.set_status(document_id, DocumentStatus.QUEUED)
+            return None
+        return _Parsed(document_id, parsed, started)
+
+    def _prepare_safely(self, item: _Parsed) -> _Prepared | None:
+        try:
+            return self._prepare(item)
+        except Exception:  # one document's failure must not touch the others
+            log.exception("preparing document %s failed", item.document_id)
+            self._fail(item.document_id, "internal error while parsing; see the server log")
             return None
 
-    def _prepare(self, document_id: int) -> _Prepared | None:
-        """Parse, chunk and store one document's content; None when there is nothing to embed."""
+    def _prepare(self, item: _Parsed) -> _Prepared | None:
+        """Chunk and store one parsed document; None when it was deleted meanwhile."""
+        document_id, parsed = item.document_id, item.document
         try:
-            document = self.store.get_document(document_id)
-            if document is None or document.status.is_terminal:
-                return None
-            started = time.perf_counter()
-            self.store.set_status(document_id, DocumentStatus.PARSING)
-            try:
-                data = self.files.read(document.stored_name)
-                parsed = self.parse(data, document.kind, document.filename)
-            except ParseError as exc:
-                self._fail(document_id, exc.reason)
-                return None
-            except FileNotFoundError:
-                self._fail(document_id, "the uploaded file is missing from disk")
-                return None
-            except ParserUnavailable:  # not the file's fault: it waits for the next start
-                log.warning("parser unavailable; document %s stays queued", document_id)
-                self.store.set_status(document_id, DocumentStatus.QUEUED)
-                return None
             chunks = [
                 span
                 for page in parsed.pages
@@ -305,7 +373,7 @@ class IngestWorker:
             return None
         title = stored_title(parsed.title)
         texts = [embedding_text(title, chunk) for chunk in chunks]
-        return _Prepared(document_id, chunk_ids, texts, len(parsed.pages), started)
+        return _Prepared(document_id, chunk_ids, texts, len(parsed.pages), item.started)
 
     def _index(self, item: _Prepared, vectors: Vectors) -> None:
         """SQLite first (the source of truth), then FAISS."""

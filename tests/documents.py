@@ -57,9 +57,10 @@ def make_pdf(pages: list[str], *, title: str | None = None) -> bytes:
     return out.getvalue()
 
 
-def encrypt_pdf(data: bytes, password: str) -> bytes:
+def encrypt_pdf(data: bytes, password: str, algorithm: str = "RC4-128") -> bytes:
+    """``data`` encrypted with ``password`` as the user password; AES needs cryptography."""
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
-    writer.encrypt(user_password=password, owner_password=password + "-owner", algorithm="RC4-128")
+    writer.encrypt(user_password=password, owner_password=password + "-owner", algorithm=algorithm)
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()

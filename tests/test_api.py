@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from litestar.testing import TestClient
 
 from tests.conftest import fake_model, signed_in, sse_events, upload, wait_indexed
+from tests.documents import make_docx, make_pdf
 
 HANDBOOK = (
     b"# Travel policy\n\nEmployees may claim a daily meal allowance of 45 euros when "
@@ -112,6 +114,41 @@ def test_unsupported_type_is_415_and_stores_nothing(client: TestClient[Any]) -> 
     assert response.status_code == 415
     assert "tool.exe" in response.json()["error"]["detail"]
     assert client.get("/api/documents").json()["documents"] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("logo.svg", b'<svg xmlns="http://www.w3.org/2000/svg"><text>hi</text></svg>'),
+        ("deploy.sh", b"#!/bin/sh\necho deploying\n"),
+        ("README", b"plain words without an extension"),
+    ],
+)
+def test_text_of_an_undocumented_type_is_415_with_the_accepted_types(
+    client: TestClient[Any], name: str, data: bytes
+) -> None:
+    response = upload(client, (name, data))
+    assert response.status_code == 415
+    detail = response.json()["error"]["detail"]
+    assert name in detail and "accepted: PDF, DOCX, HTML, Markdown, plain text or CSV" in detail
+    assert client.get("/api/documents").json()["documents"] == []
+
+
+def test_every_documented_type_is_accepted(client: TestClient[Any]) -> None:
+    files = [
+        ("a.pdf", make_pdf(["pdf text"])),
+        ("b.docx", make_docx([("p", "docx text")])),
+        ("c.html", b"<p>html text</p>"),
+        ("d.htm", b"<p>htm text</p>"),
+        ("e.md", b"# md text"),
+        ("f.markdown", b"# markdown text"),
+        ("g.txt", b"txt text"),
+        ("h.csv", b"a,b\n1,2\n"),
+    ]
+    response = upload(client, *files)
+    assert response.status_code == 201, response.text
+    for document in response.json()["documents"]:
+        assert wait_indexed(client, document["id"])["status"] == "indexed"
 
 
 def test_missing_file_part_is_422(client: TestClient[Any]) -> None:

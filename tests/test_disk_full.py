@@ -76,3 +76,30 @@ def test_readiness_clears_once_there_is_room(tmp_path: Path) -> None:
     watch._failed_at = -1e9  # long ago
     assert not watch.full
     assert DiskWatch(tmp_path, min_free_bytes=1 << 62).full  # less free than required
+
+
+def test_a_checkpoint_on_a_full_disk_is_told_once_then_recovers(
+    client: TestClient[Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = client.app.state.services.require_retrieval().worker
+    index = worker.index
+    real_save = index.save
+    failing = True
+
+    def save(directory: Path) -> None:
+        if failing:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(directory)
+
+    monkeypatch.setattr(index, "save", save)
+    with caplog.at_level(logging.WARNING, logger="retrieval.ingest"):
+        for _ in range(5):
+            worker.mark_dirty()
+            worker.checkpoint()
+        failing = False
+        worker.mark_dirty()
+        worker.checkpoint()
+    messages = [r.getMessage() for r in caplog.records if r.name == "retrieval.ingest"]
+    assert sum("disk is full" in m for m in messages) == 1
+    assert not any(r.exc_info for r in caplog.records)
+    assert messages[-1] == "the vector index is checkpointed again"

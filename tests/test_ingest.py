@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from retrieval.types import DocumentStatus
+from retrieval.parsers import parse_document
+from retrieval.types import DocumentKind, DocumentStatus, ParsedDocument
 from tests.conftest import wait_for
-from tests.documents import make_pdf
+from tests.documents import encrypt_pdf, make_pdf
 from tests.retrieval_kit import make_kit
 
 TEXT = (
@@ -90,9 +93,11 @@ def test_delete_removes_rows_vectors_and_unshared_file(tmp_path: Path) -> None:
         document, _ = kit.library.submit(
             data=TEXT, filename="a.md", collection_id=kit.collection_id
         )
+        # The row says indexed once SQLite has the vectors; FAISS gets them a moment later.
         wait_for(lambda: kit.store.get_document(document.id).status.is_terminal)  # type: ignore[union-attr]
+        wait_for(lambda: index.count > 0)
         path = kit.library.files.path(document.stored_name)
-        assert path.exists() and index.count > 0
+        assert path.exists()
         kit.library.delete(document.id)
         assert index.count == 0
         assert not path.exists()
@@ -211,3 +216,67 @@ def test_one_bad_batch_embedding_falls_back_to_one_by_one(tmp_path: Path) -> Non
     worker.ingest_many([good.id, poison.id])
     assert kit.store.get_document(good.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
     assert kit.store.get_document(poison.id).status is DocumentStatus.FAILED  # type: ignore[union-attr]
+
+
+def test_one_users_slow_file_does_not_hold_up_another_users_upload(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    release = threading.Event()
+
+    def parse(data: bytes, kind: DocumentKind, filename: str) -> ParsedDocument:
+        if filename.startswith("slow"):
+            release.wait(60)  # a pathological file, parsing for the whole time budget
+        return parse_document(data, kind, filename)
+
+    worker.parse = parse
+    theirs = kit.store.ensure_collection("another team")
+    kit.library.attach_worker(worker)
+    try:
+        slow, _ = kit.library.submit(data=TEXT, filename="slow.md", collection_id=1)
+        wait_for(lambda: kit.store.get_document(slow.id).status is DocumentStatus.PARSING)  # type: ignore[union-attr]
+        later, _ = kit.library.submit(data=b"my next file", filename="next.txt", collection_id=1)
+        small, _ = kit.library.submit(
+            data=b"Parking costs 4 euros.", filename="small.txt", collection_id=theirs
+        )
+        started = time.monotonic()
+        wait_for(lambda: kit.store.get_document(small.id).status.is_terminal, timeout=10)  # type: ignore[union-attr]
+        assert time.monotonic() - started < 10
+        assert kit.store.get_document(small.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
+        assert kit.store.get_document(slow.id).status is DocumentStatus.PARSING  # type: ignore[union-attr]
+        # The slow file's owner holds its share of the slots: its next file waits its turn.
+        assert kit.store.get_document(later.id).status is DocumentStatus.QUEUED  # type: ignore[union-attr]
+        release.set()
+        for document in (slow, later):
+            wait_for(lambda d=document.id: kit.store.get_document(d).status.is_terminal)  # type: ignore[union-attr]
+            assert kit.store.get_document(document.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
+    finally:
+        release.set()
+        assert worker.stop()
+
+
+@pytest.mark.parametrize("algorithm", ["AES-128", "AES-256"])
+def test_aes_encrypted_pdf_with_an_empty_user_password_is_indexed(
+    tmp_path: Path, algorithm: str
+) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    data = encrypt_pdf(make_pdf(["Cover", "The parking fee is 4 euros per day."]), "", algorithm)
+    document, _ = kit.library.submit(data=data, filename="aes.pdf", collection_id=1)
+    kit.worker(index).ingest(document.id)
+    stored = kit.store.get_document(document.id)
+    assert stored is not None and stored.status is DocumentStatus.INDEXED, stored
+    page = kit.store.page_text(document.id, 2)
+    assert page is not None and "parking fee is 4 euros" in page
+
+
+def test_aes_encrypted_pdf_with_a_user_password_fails_as_encrypted(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    data = encrypt_pdf(make_pdf(["Classified"]), "hunter2", "AES-256")
+    document, _ = kit.library.submit(data=data, filename="locked.pdf", collection_id=1)
+    kit.worker(index).ingest(document.id)
+    stored = kit.store.get_document(document.id)
+    assert stored is not None and stored.status is DocumentStatus.FAILED
+    assert stored.error is not None and "encrypted" in stored.error
+    assert "DependencyError" not in stored.error

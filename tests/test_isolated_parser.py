@@ -116,7 +116,7 @@ def test_the_child_dies_with_the_server(tmp_path) -> None:  # type: ignore[no-un
         "from retrieval.types import DocumentKind\n"
         "p = IsolatedParser(timeout_s=600)\n"
         "p.parse(b'warm up', DocumentKind.TEXT, 'a.txt')\n"
-        "print(p._child.pid, flush=True)\n"
+        "print(p.pids()[0], flush=True)\n"
         "p.parse(b'word ' * (16 << 20), DocumentKind.TEXT, 'big.txt')\n"
     )
     server = subprocess.Popen(
@@ -145,3 +145,31 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_long_parse_holds_one_child_and_a_small_file_parses_meanwhile() -> None:
+    import threading
+    import time
+
+    parser = IsolatedParser(timeout_s=60)  # two children by default
+    long_one: list[object] = []
+
+    def parse_big() -> None:
+        try:
+            long_one.append(parser.parse(b"word " * (16 << 20), DocumentKind.TEXT, "big.txt"))
+        except BaseException as exc:  # closed below while still parsing
+            long_one.append(exc)
+
+    thread = threading.Thread(target=parse_big)
+    try:
+        parser.parse(b"warm up", DocumentKind.TEXT, "a.txt")
+        thread.start()
+        time.sleep(0.5)  # the big file is in the child
+        started = time.monotonic()
+        assert parser.parse(b"small file", DocumentKind.TEXT, "small.txt").pages
+        assert time.monotonic() - started < 10
+        assert thread.is_alive() and not long_one  # still parsing the big one
+        assert len(parser.pids()) == 2
+    finally:
+        parser.close()
+        thread.join(10)

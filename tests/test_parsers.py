@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from retrieval.parsers import ParseError, UnsupportedDocumentType, detect_kind, parse_document
@@ -27,10 +29,12 @@ def parse(data: bytes, filename: str):  # type: ignore[no-untyped-def]
         (b"%PDF-1.4 ...", "no-extension", DocumentKind.PDF),  # content wins
         (b"# Title\n\ntext", "notes.md", DocumentKind.MARKDOWN),
         (b"a,b\n1,2\n", "table.csv", DocumentKind.CSV),
-        (b"<!DOCTYPE html><html><body>x</body></html>", "page", DocumentKind.HTML),
         (b"<html><p>x</p></html>", "page.htm", DocumentKind.HTML),
-        (b"plain words", "readme", DocumentKind.TEXT),
+        (b"<html><p>x</p></html>", "page.HTML", DocumentKind.HTML),
+        (b"<html><p>x</p></html>", "page.xhtml", DocumentKind.HTML),
+        (b"# Title", "notes.markdown", DocumentKind.MARKDOWN),
         (b"plain words", "notes.txt", DocumentKind.TEXT),
+        (b"plain words", "notes.text", DocumentKind.TEXT),
         (b"not really a pdf", "claims.pdf", DocumentKind.PDF),  # fails later, with a reason
         (b"", "empty.txt", DocumentKind.TEXT),
     ],
@@ -41,6 +45,27 @@ def test_detect_kind(data: bytes, filename: str, kind: DocumentKind) -> None:
 
 def test_docx_is_detected_by_content() -> None:
     assert detect_kind(make_docx([("p", "x")]), "upload.bin") is DocumentKind.DOCX
+
+
+@pytest.mark.parametrize(
+    ("data", "filename", "named"),
+    [
+        (b'<svg xmlns="http://www.w3.org/2000/svg"><text>hi</text></svg>', "logo.svg", "'.svg'"),
+        (b"#!/bin/sh\necho deploying\n", "deploy.sh", "'.sh'"),
+        (b"plain words", "README", "without an extension"),
+        (b"<!DOCTYPE html><html><body>x</body></html>", "page", "without an extension"),
+        (b"key = value", "settings.ini", "'.ini'"),
+    ],
+)
+def test_text_of_an_undocumented_type_is_refused_with_the_accepted_types(
+    data: bytes, filename: str, named: str
+) -> None:
+    """Only PDF and DOCX have signatures; any other text must carry a documented extension."""
+    with pytest.raises(UnsupportedDocumentType) as caught:
+        detect_kind(data, filename)
+    reason = str(caught.value)
+    assert named in reason and "not a supported type" in reason
+    assert "accepted: PDF, DOCX, HTML, Markdown, plain text or CSV (.pdf .docx .html" in reason
 
 
 @pytest.mark.parametrize(
@@ -86,6 +111,42 @@ def test_password_protected_pdf_fails_with_reason() -> None:
         parse(data, "locked.pdf")
 
 
+@pytest.mark.parametrize("algorithm", ["AES-128", "AES-256", "AES-256-R5"])
+def test_aes_encrypted_pdf_with_empty_user_password_opens(algorithm: str) -> None:
+    data = encrypt_pdf(make_pdf(["Secret-free text"]), "", algorithm)
+    assert "Secret-free text" in parse(data, "open.pdf").pages[0].text
+
+
+@pytest.mark.parametrize("algorithm", ["RC4-128", "AES-128", "AES-256"])
+def test_pdf_with_a_user_password_fails_as_encrypted(algorithm: str) -> None:
+    data = encrypt_pdf(make_pdf(["Classified"]), "hunter2", algorithm)
+    with pytest.raises(ParseError, match="encrypted with a password"):
+        parse(data, "locked.pdf")
+
+
+def test_aes_pdf_without_the_cryptography_package_fails_with_a_clear_reason() -> None:
+    """Were the dependency missing, the reason still says what is wrong (not DependencyError)."""
+    import subprocess
+    import sys
+
+    data = encrypt_pdf(make_pdf(["Secret-free text"]), "", "AES-256")
+    script = (
+        "import sys\n"
+        "sys.modules['cryptography'] = None  # as if it were not installed\n"
+        "from retrieval.parsers import ParseError, parse_document\n"
+        "from retrieval.types import DocumentKind\n"
+        "try:\n"
+        "    parse_document(sys.stdin.buffer.read(), DocumentKind.PDF, 'a.pdf')\n"
+        "except ParseError as exc:\n"
+        "    print(exc.reason)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], input=data, capture_output=True, check=True
+    )
+    reason = run.stdout.decode()
+    assert "encrypted with AES" in reason and "cryptography" in reason, run.stderr.decode()
+
+
 @pytest.mark.parametrize(
     ("data", "filename", "reason"),
     [
@@ -127,6 +188,31 @@ def test_pdf_decompression_bomb_is_refused_quickly() -> None:
 def test_docx_zip_bomb_is_refused() -> None:
     with pytest.raises(ParseError, match="bomb"):
         parse(docx_bomb(), "bomb.docx")
+
+
+def test_a_long_docx_parses_in_seconds() -> None:
+    """Headings used to be found through python-docx's Paragraph.style, which scans every
+    style for each paragraph (~1.5 ms): 20,000 paragraphs took half a minute or more; one
+    lookup of the styles per document makes it a few seconds."""
+    import io
+
+    import docx
+
+    built = docx.Document()
+    built.add_heading("Contract", level=0)  # the Title style
+    built.add_heading("Delivery", level=2)
+    for n in range(20_000):
+        built.add_paragraph(f"Clause {n}: delivery in 30 days.")
+    built.add_paragraph("Signed", style="Heading 1")
+    out = io.BytesIO()
+    built.save(out)
+    data = out.getvalue()
+    started = time.perf_counter()
+    document = parse(data, "long.docx")
+    assert time.perf_counter() - started < 12
+    parsed = document.pages[0].blocks
+    assert len(parsed) == 20_003
+    assert [b.text for b in parsed if b.is_heading] == ["Contract", "Delivery", "Signed"]
 
 
 def test_html_drops_scripts_and_keeps_structure() -> None:

@@ -1,6 +1,8 @@
 """Turn uploaded bytes into pages of structural blocks, whatever the format.
 
-``detect_kind`` decides the format from the content first and the filename second;
+``detect_kind`` decides the format from the content first (PDF and DOCX have signatures)
+and the filename second (text formats have none: a ``.svg``, a shell script or a file
+without an extension is text too, but not a type we index, so it is refused);
 ``parse_document`` never raises anything but :class:`ParseError`, whose message is shown
 to the user as the document's failure reason.
 """
@@ -8,6 +10,7 @@ to the user as the document's failure reason.
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from collections.abc import Callable
 from pathlib import PurePath
@@ -20,6 +23,7 @@ from retrieval.parsers.text import decode_text, parse_csv, parse_markdown, parse
 from retrieval.types import DocumentKind, ParsedDocument
 
 __all__ = [
+    "ACCEPTED_TYPES",
     "SUPPORTED_EXTENSIONS",
     "ParseError",
     "UnsupportedDocumentType",
@@ -40,15 +44,18 @@ _EXTENSIONS: dict[str, DocumentKind] = {
     ".csv": DocumentKind.CSV,
 }
 SUPPORTED_EXTENSIONS = frozenset(_EXTENSIONS)
+ACCEPTED_TYPES = f"PDF, DOCX, HTML, Markdown, plain text or CSV ({' '.join(_EXTENSIONS)})"
 _SNIFF_BYTES = 8192
+_PLAIN_SUFFIX = re.compile(r"\.[a-z0-9_-]{1,15}")
 
 
 def detect_kind(data: bytes, filename: str) -> DocumentKind:
     """Format of an upload, judged by its bytes and then its extension.
 
-    Raises :class:`UnsupportedDocumentType` for binary content that is none of the
-    supported formats (the API answers 415). Files that claim a format but are
-    broken are accepted here and fail in parsing with a reason.
+    Raises :class:`UnsupportedDocumentType` (the API answers 415) for content that is
+    neither PDF nor DOCX under a name without a supported extension, and for binary
+    content behind a text extension. Files that claim a format but are broken are
+    accepted here and fail in parsing with a reason.
     """
     claimed = _EXTENSIONS.get(PurePath(filename).suffix.lower())
     head = data[:_SNIFF_BYTES]
@@ -60,17 +67,26 @@ def detect_kind(data: bytes, filename: str) -> DocumentKind:
     if head.startswith(b"PK\x03\x04"):
         if claimed is DocumentKind.DOCX or _is_docx_zip(data):
             return DocumentKind.DOCX
-        raise UnsupportedDocumentType("ZIP archives other than DOCX are not supported")
+        raise _unsupported("ZIP archives other than DOCX are not supported")
     if claimed in (DocumentKind.PDF, DocumentKind.DOCX):
         return claimed  # broken file of a supported format: fails in parsing with a reason
     if _looks_binary(head):
-        raise UnsupportedDocumentType("binary file of an unsupported type")
-    if claimed is not None:
-        return claimed
-    start = head.lstrip()[:64].lower()
-    if start.startswith((b"<!doctype html", b"<html")):
-        return DocumentKind.HTML
-    return DocumentKind.TEXT
+        raise _unsupported("binary file of an unsupported type")
+    if claimed is None:  # text, but of a type we do not index (SVG, a script, a log, ...)
+        raise _unsupported(f"{_files_named(filename)} not a supported type")
+    return claimed
+
+
+def _files_named(filename: str) -> str:
+    suffix = PurePath(filename).suffix.lower()
+    if not suffix:
+        return "files without an extension are"
+    # Quoted only when plain: a user's suffix may hold direction controls or markup.
+    return f"'{suffix}' files are" if _PLAIN_SUFFIX.fullmatch(suffix) else "files of this type are"
+
+
+def _unsupported(reason: str) -> UnsupportedDocumentType:
+    return UnsupportedDocumentType(f"{reason}; accepted: {ACCEPTED_TYPES}")
 
 
 def _is_docx_zip(data: bytes) -> bool:

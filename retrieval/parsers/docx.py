@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 import io
-import zipfile
+from typing import Any
 
 import docx
+from docx.enum.style import WD_STYLE_TYPE
 from docx.table import Table
 from docx.text.paragraph import Paragraph
 
-from retrieval.parsers.errors import ParseError
+from retrieval.parsers.docx_archive import check_archive
 from retrieval.parsers.text import clean_text, single_page
 from retrieval.types import Block, ParsedDocument
 
-MAX_UNCOMPRESSED_BYTES = 200 * 1024 * 1024
-MAX_COMPRESSION_RATIO = 200
-MAX_MEMBERS = 10_000
-_DTD_SCAN_BYTES = 64 * 1024
-
 
 def parse_docx(data: bytes, fallback_title: str) -> ParsedDocument:
-    _check_archive(data)
+    check_archive(data)  # bombs and DTDs are refused before python-docx reads anything
     document = docx.Document(io.BytesIO(data))
+    is_heading = _Headings(document)
     blocks: list[Block] = []
     for item in document.iter_inner_content():
         if isinstance(item, Paragraph):
             text = " ".join(clean_text(item.text).split())
             if text:
-                blocks.append(Block(text, is_heading=_is_heading(item)))
+                blocks.append(Block(text, is_heading=is_heading(item)))
         elif isinstance(item, Table):
             blocks.extend(_table_rows(item))
     title = (document.core_properties.title or "").strip()
@@ -36,42 +33,31 @@ def parse_docx(data: bytes, fallback_title: str) -> ParsedDocument:
     return single_page(title, blocks)
 
 
-def _check_archive(data: bytes) -> None:
-    """Reject ZIP bombs and XML with DTDs (entity expansion) before any XML parser runs."""
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except zipfile.BadZipFile as exc:
-        raise ParseError("not a valid DOCX file (the ZIP container is broken)") from exc
-    with archive:
-        members = archive.infolist()
-        if len(members) > MAX_MEMBERS:
-            raise ParseError("the DOCX archive has too many parts")
-        total = sum(member.file_size for member in members)
-        if total > MAX_UNCOMPRESSED_BYTES or total > MAX_COMPRESSION_RATIO * max(len(data), 1):
-            raise ParseError("the DOCX expands to an implausible size (possible ZIP bomb)")
-        if "word/document.xml" not in archive.namelist():
-            raise ParseError("not a valid DOCX file (word/document.xml is missing)")
-        for member in members:
-            with archive.open(member) as part:
-                head = part.read(_DTD_SCAN_BYTES)
-            if _declares_dtd(head):
-                raise ParseError("the DOCX contains XML entity declarations, refused")
+class _Headings:
+    """Which paragraphs are headings, by their style's name, the styles read once.
 
-
-def _declares_dtd(head: bytes) -> bool:
-    """A DTD can only come before the root element, so the start of each part suffices.
-
-    This is defence in depth: python-docx's XML parser does not resolve entities either.
+    ``Paragraph.style`` scans every style of the document for each paragraph (about 2 ms
+    with Word's 160 built-in styles): 50,000 paragraphs took minutes. This resolves the
+    style id the way python-docx does (unknown ids and none mean the default style).
     """
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        head = head.decode("utf-16", errors="ignore").encode()
-    upper = head.upper()
-    return b"<!DOCTYPE" in upper or b"<!ENTITY" in upper
+
+    def __init__(self, document: Any):
+        styles = document.styles
+        self._by_id = {
+            style.style_id: _heading_name(style.name)
+            for style in styles
+            if style.type == WD_STYLE_TYPE.PARAGRAPH
+        }
+        default = styles.default(WD_STYLE_TYPE.PARAGRAPH)
+        self._default = default is not None and _heading_name(default.name)
+
+    def __call__(self, paragraph: Paragraph) -> bool:
+        style_id = paragraph._p.style  # the w:pStyle value; python-docx has no public getter
+        return bool(self._by_id.get(style_id, self._default)) if style_id else self._default
 
 
-def _is_heading(paragraph: Paragraph) -> bool:
-    name = (paragraph.style.name if paragraph.style is not None else "") or ""
-    return name.startswith(("Heading", "Title"))
+def _heading_name(name: str | None) -> bool:
+    return (name or "").startswith(("Heading", "Title"))
 
 
 def _table_rows(table: Table) -> list[Block]:

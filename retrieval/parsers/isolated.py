@@ -38,83 +38,128 @@ class ParserUnavailable(Exception):
 
 
 class IsolatedParser:
-    """One long-lived child process that parses documents on request, one at a time."""
+    """A few long-lived child processes that parse documents on request, each one at a time.
 
-    def __init__(self, *, timeout_s: float = 120.0, memory_bytes: int = 2 << 30):
+    Up to ``processes`` documents parse at once (the ingest worker runs as many parse
+    slots), so a file that takes the whole time budget holds one child, not every
+    upload. Children start when first needed; the memory cap applies to each.
+    """
+
+    def __init__(
+        self, *, timeout_s: float = 120.0, memory_bytes: int = 2 << 30, processes: int = 2
+    ):
         self.timeout_s = timeout_s
         self.memory_bytes = memory_bytes
-        self.problem: str | None = None  # why the child cannot start, for health checks
-        self._child: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
+        self.problem: str | None = None  # why a child cannot start, for health checks
+        self._children = [_Child() for _ in range(max(1, processes))]
+        self._idle = list(self._children)
+        self._available = threading.Condition()
         self._closed = False
 
     def parse(self, data: bytes, kind: DocumentKind, filename: str) -> ParsedDocument:
-        """Parse in the child. Raises ParseError (the file's fault) or ParserUnavailable."""
-        with self._lock:
-            child = self._ensure_child()
-            assert child.stdin is not None and child.stdout is not None
-            header = json.dumps({"kind": kind.value, "filename": filename}).encode()
-            deadline = time.monotonic() + self.timeout_s
-            try:
-                _write_frame(child.stdin, header)
-                _write_frame(child.stdin, data)
-                reply = json.loads(_read_frame(child.stdout, deadline))
-            except TimeoutError:
-                self._kill()
-                raise ParseError(
-                    f"parsing took longer than {self.timeout_s:.0f} s; the file was abandoned"
-                ) from None
-            except (OSError, EOFError, ValueError):
-                self._kill()
-                if self._closed:
-                    raise ParserUnavailable("the parser has been shut down") from None
-                raise ParseError(
-                    "the parser crashed on this file (too large or malformed)"
-                ) from None
+        """Parse in a child. Raises ParseError (the file's fault) or ParserUnavailable."""
+        child = self._acquire()
+        try:
+            reply = self._exchange(child, data, kind, filename)
+        finally:
+            with self._available:
+                self._idle.append(child)
+                self._available.notify()
         if "error" in reply:
             raise ParseError(str(reply["error"]))
         return _decode(reply)
 
+    def pids(self) -> list[int]:
+        """Process ids of the children running now (for diagnostics and tests)."""
+        return [c.process.pid for c in self._children if c.process is not None]
+
     def close(self) -> None:
         """Stop for good, at once: a parse in progress fails as ParserUnavailable."""
-        self._closed = True
-        child = self._child
-        if child is not None:
-            child.kill()  # no lock: do not wait for a parse that may run for minutes
+        with self._available:
+            self._closed = True
+            self._available.notify_all()
+        for child in self._children:
+            process = child.process
+            if process is not None:
+                process.kill()  # do not wait for a parse that may run for minutes
 
-    def _ensure_child(self) -> subprocess.Popen[bytes]:
+    def _acquire(self) -> _Child:
+        with self._available:
+            while not self._idle and not self._closed:
+                self._available.wait()
+            if self._closed:
+                raise ParserUnavailable("the parser has been shut down")
+            return self._idle.pop()  # the most recently used: warm, and the others may idle
+
+    def _exchange(
+        self, child: _Child, data: bytes, kind: DocumentKind, filename: str
+    ) -> dict[str, Any]:
+        process = self._ensure_started(child)
+        assert process.stdin is not None and process.stdout is not None
+        header = json.dumps({"kind": kind.value, "filename": filename}).encode()
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            _write_frame(process.stdin, header)
+            _write_frame(process.stdin, data)
+            reply: dict[str, Any] = json.loads(_read_frame(process.stdout, deadline))
+        except TimeoutError:
+            child.kill()
+            raise ParseError(
+                f"parsing took longer than {self.timeout_s:.0f} s; the file was abandoned"
+            ) from None
+        except (OSError, EOFError, ValueError):
+            child.kill()
+            if self._closed:
+                raise ParserUnavailable("the parser has been shut down") from None
+            raise ParseError("the parser crashed on this file (too large or malformed)") from None
+        return reply
+
+    def _ensure_started(self, child: _Child) -> subprocess.Popen[bytes]:
         if self._closed:
             raise ParserUnavailable("the parser has been shut down")
-        if self._child is not None and self._child.poll() is None:
-            return self._child
-        self._kill()
-        cpu_seconds = str(math.ceil(self.timeout_s) + 5)
-        child = subprocess.Popen(
-            [sys.executable, "-m", "retrieval.parsers.child", str(self.memory_bytes), cpu_seconds],
+        if child.process is not None and child.process.poll() is None:
+            return child.process
+        child.kill()
+        try:
+            process = child.start(self.memory_bytes, math.ceil(self.timeout_s) + 5)
+        except (OSError, EOFError, ValueError, TimeoutError) as exc:
+            child.kill()
+            self.problem = f"the parser process does not start ({type(exc).__name__})"
+            raise ParserUnavailable(self.problem) from exc
+        self.problem = None
+        if self._closed:  # closed while it started: close() may have missed it
+            child.kill()
+            raise ParserUnavailable("the parser has been shut down")
+        return process
+
+
+class _Child:
+    """One child process, started on demand; its owner uses it from one thread at a time."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, memory_bytes: int, cpu_seconds: int) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "retrieval.parsers.child", str(memory_bytes), str(cpu_seconds)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
-        self._child = child
-        assert child.stdout is not None
-        try:
-            if _read_frame(child.stdout, time.monotonic() + START_TIMEOUT_S) != READY:
-                raise ValueError("unexpected greeting")
-        except (OSError, EOFError, ValueError, TimeoutError) as exc:
-            self._kill()
-            self.problem = f"the parser process does not start ({type(exc).__name__})"
-            raise ParserUnavailable(self.problem) from exc
-        self.problem = None
-        return child
+        self.process = process
+        assert process.stdout is not None
+        if _read_frame(process.stdout, time.monotonic() + START_TIMEOUT_S) != READY:
+            raise ValueError("unexpected greeting")
+        return process
 
-    def _kill(self) -> None:
-        if self._child is not None:
-            self._child.kill()
-            self._child.wait()
-            for pipe in (self._child.stdin, self._child.stdout):
+    def kill(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+            for pipe in (process.stdin, process.stdout):
                 if pipe is not None:
                     pipe.close()
-            self._child = None
 
 
 def encode(document: ParsedDocument) -> dict[str, Any]:

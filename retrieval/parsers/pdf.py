@@ -1,11 +1,20 @@
-"""PDF text by page, through pypdf. Encrypted files fail unless the password is empty."""
+"""PDF text by page, through pypdf. Encrypted files fail unless the password is empty.
+
+AES-encrypted files (most of them, since Acrobat 7) need the ``cryptography`` package,
+a declared dependency; without it pypdf raises DependencyError, reported as a reason.
+"""
 
 from __future__ import annotations
 
 import io
 
 from pypdf import PdfReader
-from pypdf.errors import FileNotDecryptedError, LimitReachedError, PdfReadError
+from pypdf.errors import (
+    DependencyError,
+    FileNotDecryptedError,
+    LimitReachedError,
+    PdfReadError,
+)
 
 from retrieval.parsers.errors import ParseError
 from retrieval.parsers.text import clean_text, paragraphs
@@ -15,6 +24,19 @@ MAX_PAGES = 5000
 
 
 def parse_pdf(data: bytes, fallback_title: str) -> ParsedDocument:
+    try:
+        return _parse_pdf(data, fallback_title)
+    except DependencyError as exc:  # AES streams are decrypted lazily, page by page
+        raise ParseError(_CANNOT_DECRYPT) from exc
+
+
+_CANNOT_DECRYPT = (
+    "the PDF is encrypted with AES and this server cannot decrypt it "
+    "(the cryptography package is missing); upload an unprotected copy"
+)
+
+
+def _parse_pdf(data: bytes, fallback_title: str) -> ParsedDocument:
     try:
         reader = PdfReader(io.BytesIO(data))
     except PdfReadError as exc:
@@ -40,7 +62,7 @@ def _decrypt_or_fail(reader: PdfReader) -> None:
     except (FileNotDecryptedError, NotImplementedError, PdfReadError) as exc:
         raise ParseError("the PDF is encrypted; upload an unprotected copy") from exc
     if not opened:
-        raise ParseError("the PDF is password-protected; upload an unprotected copy")
+        raise ParseError("the PDF is encrypted with a password; upload an unprotected copy")
 
 
 def _pdf_paragraphs(text: str) -> list[Block]:

@@ -1,0 +1,97 @@
+"""Checks on a DOCX's ZIP container before any XML parser sees it: bombs and DTDs.
+
+The limits are set by what real documents need, so that a hostile file fails at once
+with a reason instead of costing the parser's whole time budget and memory:
+
+- A Word document is a few dozen parts (document, styles, numbering, headers and
+  footers per section, footnotes, comments, theme, properties) plus one per image;
+  2,000 parts leave room for a manual with well over a thousand pictures.
+- Uploads are at most 50 MB and images are stored compressed already (about 1:1), so
+  100 MiB expanded covers any genuine file under the upload limit.
+- XML is what costs: python-docx builds a tree of every part and walks the document at
+  about 1 MB/s, holding some 13 bytes of memory per byte of XML. A thousand pages of
+  formatted text are 10 to 30 MB; 64 MiB took 58 s and 830 MB on a busy 2-core machine,
+  inside the parser's default budget (120 s, 2 GiB). The 150 MB of a ratio-111 bomb
+  took the whole budget.
+- Word's XML deflates 5 to 30 times; past 100 times an expansion is filler (a bomb's
+  zeros or repeated elements). The ratio only counts once a part or the archive expands
+  beyond 8 MiB: a small file that compresses well harms nobody.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+from retrieval.parsers.errors import ParseError
+
+MAX_MEMBERS = 2_000
+MAX_UNCOMPRESSED_BYTES = 100 << 20
+MAX_XML_BYTES = 64 << 20
+MAX_COMPRESSION_RATIO = 100
+RATIO_FLOOR_BYTES = 8 << 20
+_HEAD_BYTES = 64 * 1024  # a DTD can only come before the root element
+_MB = 1 << 20
+
+
+def check_archive(data: bytes) -> None:
+    """Raise ParseError, with the limit that was crossed, unless ``data`` is a sane DOCX."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as exc:
+        raise ParseError("not a valid DOCX file (the ZIP container is broken)") from exc
+    with archive:
+        members = archive.infolist()
+        _check_declared_sizes(members, len(data))
+        if "word/document.xml" not in archive.namelist():
+            raise ParseError("not a valid DOCX file (word/document.xml is missing)")
+        xml_bytes = 0
+        for member in members:
+            with archive.open(member) as part:
+                head = _as_utf8(part.read(_HEAD_BYTES))
+            if _declares_dtd(head):
+                raise ParseError("the DOCX contains XML entity declarations, refused")
+            # By content, not by name: a relationship can make any part name the document.
+            if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+                xml_bytes += member.file_size
+        if xml_bytes > MAX_XML_BYTES:
+            raise ParseError(
+                f"the DOCX holds {xml_bytes / _MB:,.0f} MB of XML; at most "
+                f"{MAX_XML_BYTES // _MB} MB are accepted (possible ZIP bomb)"
+            )
+
+
+def _check_declared_sizes(members: list[zipfile.ZipInfo], size: int) -> None:
+    """Limits on the sizes the archive declares (zipfile never inflates past them)."""
+    if len(members) > MAX_MEMBERS:
+        raise ParseError(
+            f"the DOCX has {len(members):,} parts; at most {MAX_MEMBERS:,} are accepted "
+            "(possible ZIP bomb)"
+        )
+    total = sum(member.file_size for member in members)
+    if total > MAX_UNCOMPRESSED_BYTES:
+        raise ParseError(
+            f"the DOCX expands to {total / _MB:,.0f} MB; at most "
+            f"{MAX_UNCOMPRESSED_BYTES // _MB} MB are accepted (possible ZIP bomb)"
+        )
+    wholes = [("the DOCX", total, size)]
+    parts = [(f"the DOCX part {m.filename[:100]!r}", m.file_size, m.compress_size) for m in members]
+    for what, expanded, compressed in wholes + parts:
+        ratio = expanded / max(compressed, 1)
+        if expanded > RATIO_FLOOR_BYTES and ratio > MAX_COMPRESSION_RATIO:
+            raise ParseError(
+                f"{what} expands {ratio:,.0f} times; at most {MAX_COMPRESSION_RATIO} "
+                "times is accepted (possible ZIP bomb)"
+            )
+
+
+def _as_utf8(head: bytes) -> bytes:
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 XML
+        return head.decode("utf-16", errors="ignore").encode()
+    return head
+
+
+def _declares_dtd(head: bytes) -> bool:
+    """Defence in depth: python-docx's XML parser does not resolve entities either."""
+    upper = head.upper()
+    return b"<!DOCTYPE" in upper or b"<!ENTITY" in upper
