@@ -21,7 +21,7 @@ from app.errors import NotFound, UnprocessableInput, from_engine
 from app.stopping import RunningAnswers, StopRequested, stopped_text
 from llm.backend import Backend
 from llm.citations import attribute, cited_numbers
-from llm.engine.params import (
+from llm.params import (
     BackendFailed,
     CompletionRequest,
     EngineError,

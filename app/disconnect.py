@@ -14,7 +14,7 @@ from typing import Any
 
 from litestar import Request
 
-from llm.engine.channel import Completion
+from llm.channel import Completion
 
 
 @asynccontextmanager

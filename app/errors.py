@@ -16,7 +16,8 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from llm.engine.params import EngineError, Overloaded
+from app.auth.redirects import safe_next
+from llm.params import EngineError, Overloaded
 from retrieval.disk import is_disk_full
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,6 @@ def _to_login(request: Request[Any, Any, Any]) -> Response[Any]:
 def _page_of_htmx(request: Request[Any, Any, Any]) -> str:
     """The path (and query) of the page an htmx request came from: only a page of this
     origin, and only a plain local path; ``/`` otherwise."""
-    from app.auth.routes import safe_next  # the login form checks ``next`` with it too
-
     current = urlsplit(request.headers.get("hx-current-url", ""))
     if (current.scheme or current.netloc) and (
         current.scheme != request.url.scheme or current.netloc != request.url.netloc
@@ -162,13 +161,9 @@ def _page_of_htmx(request: Request[Any, Any, Any]) -> str:
 
 
 def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Every error outside ``/v1`` (which answers in OpenAI's shape: app/openai_errors.py)."""
     path = request.url.path
-    exc = as_disk_full(request, exc)
-    if path.startswith("/v1/"):  # errors before routing (404, 405): still OpenAI's shape
-        from app.openai_errors import openai_error_handler  # it builds on this module
-
-        return openai_error_handler(request, exc)
-    status, title, detail, headers = _describe(exc)
+    status, title, detail, headers = _describe(as_disk_full(request, exc))
     if status == 401 and not path.startswith(("/api/", "/health", "/metrics")):
         return _to_login(request)
     if path.startswith(("/api/", "/v1/", "/health", "/metrics")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Litestar, Response
+from litestar import Litestar, Request, Response
 from litestar.config.cors import CORSConfig
 from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.datastructures import State
@@ -20,6 +20,7 @@ from app.auth.routes import AuthPages
 from app.errors import handle_error
 from app.intake import MAX_PARTS_PER_REQUEST
 from app.metrics import metrics_endpoint
+from app.openai_errors import openai_error_handler
 from app.rendering import render_answer
 from app.routes.api import ChatApi, DocumentsApi, SearchApi
 from app.routes.api_accounts import KeysApi, UsersApi
@@ -69,6 +70,14 @@ async def _add_hsts(message: Message, scope: Scope) -> None:
             message["headers"] = [*headers, HSTS]
 
 
+def _handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """``/v1`` answers in OpenAI's shape even before routing (404, 405); the rest as the
+    app does (JSON for the API, a partial for htmx, a page otherwise)."""
+    if request.url.path.startswith("/v1/"):
+        return openai_error_handler(request, exc)
+    return handle_error(request, exc)
+
+
 def _configure_templates(engine: JinjaTemplateEngine) -> None:
     engine.engine.globals["render_answer"] = render_answer
     engine.engine.globals["csrf_token"] = csrf_token
@@ -111,7 +120,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             engine=JinjaTemplateEngine,
             engine_callback=_configure_templates,
         ),
-        exception_handlers={Exception: handle_error},
+        exception_handlers={Exception: _handle_error},
         after_request=_add_security_headers,
         before_send=[_add_hsts],
         request_max_body_size=settings.max_upload_bytes,

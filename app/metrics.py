@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from llm.backend import Backend
-from llm.engine.params import FinishReason, Usage
+from llm.params import FinishReason, Usage
 
 if TYPE_CHECKING:
     from retrieval.ingest import IngestWorker

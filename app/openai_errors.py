@@ -14,8 +14,8 @@ from typing import Any
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from app.errors import AppError
-from llm.engine.params import ContextOverflow, EngineError, Overloaded, UnknownModel
+from app.errors import AppError, as_disk_full
+from llm.params import ContextOverflow, EngineError, Overloaded, UnknownModel
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def _validation_message(exc: ValidationException) -> tuple[str, str | None]:
 
 
 def openai_error_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    status, message, param, code, headers = describe(exc, request.url.path)
+    status, message, param, code, headers = describe(as_disk_full(request, exc), request.url.path)
     return Response(
         error_body(status, message, param, code),
         status_code=status,

@@ -17,10 +17,10 @@ from app.openai_errors import OpenAIError
 from app.openai_schemas import PromptTokensDetails, ResponseFormat, Sampling, UsageOut
 from app.services import Services
 from llm.backend import Backend
+from llm.channel import Completion
 from llm.chat_format import ChatPrompt
-from llm.engine.channel import Completion
 from llm.engine.grammar import grammar_for_schema
-from llm.engine.params import (
+from llm.params import (
     CompletionEvent,
     CompletionRequest,
     Finished,

@@ -44,7 +44,7 @@ from app.services import Services
 from llm.backend import Backend
 from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
 from llm.citations import attribute, cited_numbers
-from llm.engine.params import TextDelta
+from llm.params import TextDelta
 from llm.prompt import Prompt, PromptTooLong, Source, Turn, build_prompt
 from retrieval.types import Hit
 

@@ -34,8 +34,8 @@ from app.search_stages import batched, reranker
 from app.settings import Settings
 from llm.backend import Backend, FakeBackend
 from llm.engine.kv_disk import sweep_kv_leftovers
-from llm.engine.params import ModelUnavailable
 from llm.models import sweep_partial_models
+from llm.params import ModelUnavailable
 from llm.registry import Alias, Registry
 from retrieval.db import Database
 from retrieval.disk import DiskWatch

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from llm.engine.channel import Completion
-from llm.engine.params import CompletionEvent
+from llm.channel import Completion
+from llm.params import CompletionEvent
 
 STOPPED = "(stopped)"  # the end of a cut-short answer, as stored and shown
 

@@ -25,10 +25,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from app.chat import ChatConfig, ChatService
 from app.conversations import Conversations
 from bench.query import indexed_corpus
-from llm.engine.channel import Completion
-from llm.engine.params import CompletionRequest, FinishReason, Usage
+from llm.channel import Completion
 from llm.local import LocalModel, LocalModelConfig
 from llm.models import bundled_generator_model
+from llm.params import CompletionRequest, FinishReason, Usage
 from llm.registry import Registry
 from retrieval.search import Retriever
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from bench.corpus import ingest_files, stdlib_documents
-from llm.engine.params import CompletionRequest, SamplingParams, TextDelta
 from llm.local import LocalModel, LocalModelConfig
 from llm.models import bundled_generator_model
+from llm.params import CompletionRequest, SamplingParams, TextDelta
 from llm.prompt import Source, build_prompt
 from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
 from retrieval.index import FaissIndex

@@ -19,9 +19,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from llm.engine.params import CompletionRequest, Finished, SamplingParams
 from llm.local import LocalModel, LocalModelConfig, available_cpus
 from llm.models import bundled_generator_model
+from llm.params import CompletionRequest, Finished, SamplingParams
 
 BAR = 0.98
 

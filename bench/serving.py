@@ -450,7 +450,7 @@ def close_engine() -> None:
 
 
 def engine_stream() -> Stream:
-    from llm.engine.params import CompletionRequest, Finished, SamplingParams, TextDelta
+    from llm.params import CompletionRequest, Finished, SamplingParams, TextDelta
 
     params = SamplingParams(max_tokens=SSE_TOKENS, temperature=0)
     result = Stream(submitted=time.perf_counter())

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from llm.channel import Completion
 from llm.chat_format import ChatTemplate
-from llm.engine.channel import Completion
 from llm.engine.engine import EngineObserver
-from llm.engine.params import (
+from llm.params import (
     BackendStats,
     CompletionRequest,
     ContextOverflow,

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from llm.engine.params import InvalidRequest
 from llm.inert import Neutralizer
+from llm.params import InvalidRequest
 
 if TYPE_CHECKING:
     from llm.template_sandbox import BoundedChatTemplate

@@ -7,12 +7,12 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from llm.channel import Completion
 from llm.chat_format import ChatTemplate, checked_chat_template
-from llm.engine.channel import Completion
 from llm.engine.engine import Engine, EngineConfig, EngineObserver
 from llm.engine.kv_disk import KvDiskCache
-from llm.engine.params import BackendStats, CompletionRequest
 from llm.inert import Neutralizer
+from llm.params import BackendStats, CompletionRequest
 from llm.prompt import ChatTemplateFormat, CompletionFormat, PromptFormat
 
 log = logging.getLogger(__name__)

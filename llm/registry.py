@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from llm.backend import Backend
-from llm.engine.params import EngineError, ModelUnavailable, Overloaded, UnknownModel
+from llm.params import EngineError, ModelUnavailable, Overloaded, UnknownModel
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from llm.engine.channel import Completion
-from llm.engine.params import (
+from llm.channel import Completion
+from llm.params import (
     BackendStats,
     CompletionRequest,
     Finished,

@@ -39,3 +39,55 @@ def test_nothing_heavy_happens_at_import_time() -> None:
 def test_no_pickle_anywhere() -> None:
     for package in ("app", "retrieval", "llm"):
         assert not {m for m in imported_modules(package) if m in ("pickle", "cPickle", "dill")}
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Each of our modules and the modules of ours it imports, wherever the import stands
+    (a function-level import still ties two modules together)."""
+    paths = {}
+    for package in ("app", "retrieval", "llm"):
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            paths[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in paths and t != name)
+    return graph
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph, or None (depth-first search with an explicit stack)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in sorted(graph):
+        if start in state:
+            continue
+        path, stack = [start], [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(step) == 1:
+                return [*path[path.index(step) :], step]
+            elif step not in state:
+                state[step] = 1
+                path.append(step)
+                stack.append(iter(sorted(graph[step])))
+    return None
+
+
+def test_no_import_loops() -> None:
+    assert import_cycle(module_imports()) is None
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert import_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None

@@ -210,7 +210,7 @@ def test_bulk_goes_on_as_soon_as_the_server_is_idle() -> None:
 
 
 def test_the_server_defers_ingestion_while_a_model_generates(tmp_path: Path) -> None:
-    from llm.engine.params import CompletionRequest, SamplingParams
+    from llm.params import CompletionRequest, SamplingParams
     from tests.conftest import fake_settings, signed_in
 
     with signed_in(fake_settings(tmp_path, fake_token_delay_s=0.05)) as client:

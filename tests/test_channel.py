@@ -10,8 +10,8 @@ from typing import cast
 
 import pytest
 
-from llm.engine.channel import Completion
-from llm.engine.params import CompletionEvent, Finished, TextDelta, Usage
+from llm.channel import Completion
+from llm.params import CompletionEvent, Finished, TextDelta, Usage
 
 DONE = Finished("stop", Usage(3, 0, 2), "fake")
 

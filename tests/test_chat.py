@@ -12,7 +12,7 @@ from app.chat import NOTHING_FOUND, ChatConfig, ChatService, DoneEvent, TokenEve
 from app.conversations import Conversations, Message
 from app.errors import NotFound, UnprocessableInput
 from llm.backend import FakeBackend
-from llm.engine.params import Finished
+from llm.params import Finished
 from llm.registry import Registry
 from retrieval.search import Retriever
 from tests.retrieval_kit import Kit, make_kit

@@ -23,7 +23,7 @@ from llm.chat_format import (
     checked_chat_template,
     render_chat_template,
 )
-from llm.engine.params import InvalidRequest
+from llm.params import InvalidRequest
 from tests.conftest import add_key, fake_model, wait_for
 
 QWEN25 = (

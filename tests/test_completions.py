@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from llm.engine.params import ContextOverflow, Overloaded
+from llm.params import ContextOverflow, Overloaded
 from tests.conftest import fake_model, sse_events, wait_for
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llm.engine.params import (
+from llm.local import LocalModel, LocalModelConfig
+from llm.models import bundled_generator_model
+from llm.params import (
     CompletionRequest,
     ContextOverflow,
     Finished,
@@ -19,8 +21,6 @@ from llm.engine.params import (
     SamplingParams,
     TextDelta,
 )
-from llm.local import LocalModel, LocalModelConfig
-from llm.models import bundled_generator_model
 
 pytestmark = pytest.mark.real
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.engine.params import CompletionRequest, Finished, SamplingParams, TextDelta
 from llm.local import LocalModel, LocalModelConfig
 from llm.models import bundled_generator_model
+from llm.params import CompletionRequest, Finished, SamplingParams, TextDelta
 from retrieval.index import FaissIndex
 from retrieval.index_types import IndexSpec, new_ivf
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from litestar.testing import TestClient
 
+from llm.channel import Completion
 from llm.chat_format import ChatTemplate
-from llm.engine.channel import Completion
-from llm.engine.params import ContextOverflow, Finished, Overloaded, TextDelta, Usage
+from llm.params import ContextOverflow, Finished, Overloaded, TextDelta, Usage
 from tests.conftest import add_key, fake_model, fake_settings, signed_in, sse_events, wait_for
 
 USER_HI = [{"role": "user", "content": "hi"}]

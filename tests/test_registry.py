@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from llm.backend import Backend, FakeBackend
-from llm.engine.params import ModelUnavailable, Overloaded, UnknownModel
+from llm.params import ModelUnavailable, Overloaded, UnknownModel
 from llm.registry import Alias, Registry
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from llm.backend import Backend, wait_idle
-from llm.engine.channel import Completion
-from llm.engine.params import (
+from llm.channel import Completion
+from llm.params import (
     CompletionRequest,
     Finished,
     Overloaded,

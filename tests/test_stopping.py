@@ -13,8 +13,8 @@ from litestar.testing import TestClient
 
 from app.stopping import RunningAnswers, StopRequested, stopped_text
 from llm.backend import wait_idle
-from llm.engine.channel import Completion
-from llm.engine.params import Finished, TextDelta, Usage
+from llm.channel import Completion
+from llm.params import Finished, TextDelta, Usage
 from tests.conftest import fake_model, sse_events, upload, wait_for, wait_indexed
 
 TOKENS = [f" word{n}" for n in range(40)]

@@ -20,6 +20,7 @@ from app.auth.guards import (
     client_address,
     current_principal,
 )
+from app.auth.redirects import safe_next
 from app.auth.sessions import COOKIE_NAME
 from app.settings import Settings
 
@@ -30,13 +31,6 @@ class LoginForm(Struct):
     name: str = ""
     password: str = ""
     next: str = "/"
-
-
-def safe_next(target: str) -> str:
-    """Only a path on this site: never ``//evil.example`` or ``https://…``."""
-    if not target.startswith("/") or target.startswith(("//", "/\\")) or len(target) > 2000:
-        return "/"
-    return target
 
 
 def session_cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:

@@ -20,9 +20,9 @@ from app.deps import provide_services
 from app.disconnect import cancel_on_disconnect
 from app.errors import from_engine
 from app.services import Services
-from llm.engine.channel import Completion
+from llm.channel import Completion
 from llm.engine.grammar import grammar_for_schema
-from llm.engine.params import (
+from llm.params import (
     CompletionRequest,
     EngineError,
     Finished,

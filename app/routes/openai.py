@@ -40,7 +40,7 @@ from app.routes.openai_embeddings import create_embeddings, embedding_model_name
 from app.routes.openai_messages import chat_messages, prompt_text, refuse_unsupported
 from app.services import Services
 from llm.chat_format import ChatPrompt, chat_format_for
-from llm.engine.params import Finished, TextDelta
+from llm.params import Finished, TextDelta
 
 _STARTED = int(time.time())
 

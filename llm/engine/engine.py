@@ -18,10 +18,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from llm.engine.channel import Completion
+from llm.channel import Completion
 from llm.engine.guard import SamplingFailed
 from llm.engine.kv_disk import KvDiskCache, SavedState
-from llm.engine.params import (
+from llm.engine.prefix_cache import PrefixCache
+from llm.engine.sequence import Seq
+from llm.params import (
     BackendStats,
     CompletionRequest,
     ContextOverflow,
@@ -33,8 +35,6 @@ from llm.engine.params import (
     Usage,
     token_budget,
 )
-from llm.engine.prefix_cache import PrefixCache
-from llm.engine.sequence import Seq
 
 if TYPE_CHECKING:  # llama.cpp loads only when a model does
     from llm.engine.native import NativeModel

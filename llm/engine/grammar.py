@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llm.engine.params import InvalidRequest
+from llm.params import InvalidRequest
 
 MAX_SCHEMA_CHARS = 64_000
 

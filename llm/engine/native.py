@@ -24,7 +24,7 @@ from llm.engine.guard import (
     error_buffer,
     load_guard,
 )
-from llm.engine.params import SamplingParams
+from llm.params import SamplingParams
 
 FLASH_ATTN = {
     "auto": C.LLAMA_FLASH_ATTN_TYPE_AUTO,

@@ -6,11 +6,11 @@ import codecs
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llm.engine.channel import Completion
+from llm.channel import Completion
 from llm.engine.kv_disk import SavedState
-from llm.engine.params import CompletionRequest, Usage
 from llm.engine.slots import Slot
 from llm.engine.stops import StopMatcher
+from llm.params import CompletionRequest, Usage
 
 if TYPE_CHECKING:
     from llm.engine.native import Sampler

@@ -7,7 +7,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 
-from llm.engine.params import CompletionEvent, Finished
+from llm.params import CompletionEvent, Finished
 
 
 class Completion:
