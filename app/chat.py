@@ -7,8 +7,9 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from app.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.conversations import (
     Citation,
     Conversation,
@@ -20,7 +21,6 @@ from app.conversations import (
 from app.errors import NotFound, UnprocessableInput, from_engine
 from app.stopping import RunningAnswers, StopRequested, stopped_text
 from llm.backend import Backend
-from llm.citations import attribute, cited_numbers
 from llm.params import (
     BackendFailed,
     CompletionRequest,
@@ -28,19 +28,13 @@ from llm.params import (
     SamplingParams,
     TextDelta,
 )
-from llm.prompt import Prompt, PromptTooLong, Source, Turn, build_prompt
+from llm.prompt import PromptTooLong, Source, Turn
 from llm.registry import Registry
 from llm.repetition import RepetitionGuard
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
-
-NOTHING_FOUND = (
-    "I could not find anything about that in the documents, so I cannot answer it from them."
-)
-MAX_QUESTION_CHARS = 4000
-SNIPPET_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -189,7 +183,8 @@ class ChatService:
             return
         key = f"conversation:{question.conversation_id}"
         backend = await asyncio.to_thread(self.models.get, self.config.model, key)
-        prompt, shown = await asyncio.to_thread(self._prompt, backend, question, hits)
+        grounding = await asyncio.to_thread(self._grounding, backend, question, hits)
+        prompt = grounding.prompt
         request = CompletionRequest(
             prompt=prompt.text,
             params=SamplingParams(
@@ -221,43 +216,34 @@ class ChatService:
         finally:
             if not completed:  # the client left (leaving the loop cancelled the request)
                 progress.partial = guard.text.strip()
-                progress.context = _context(prompt, shown, guard.text)
-        answer = attribute(guard.text.strip(), prompt.relevant)
-        numbers = cited_numbers(answer, prompt.citable)
-        citations = tuple(replace(shown[prompt.citable[n].key], number=n) for n in numbers)
-        progress.context = _context(prompt, shown, guard.text)
+                progress.context = _context(grounding, guard.text)
+        answer, citations = grounding.cite(guard.text)
+        progress.context = _context(grounding, guard.text)
         yield DoneEvent(await self._save(question, answer or "(no answer)", citations, progress))
 
-    def _prompt(
-        self, backend: Backend, question: Message, hits: list[Hit]
-    ) -> tuple[Prompt, dict[int, Citation]]:
-        """This turn's prompt after the earlier turns, and what every source it can cite
-        points at (by chunk id)."""
+    def _grounding(self, backend: Backend, question: Message, hits: list[Hit]) -> Grounding:
+        """This turn's prompt after the earlier turns, which repeat the sources they were
+        shown (so their numbers stay citable)."""
         turns = self.conversations.turns_before(question)
-        history = [_turn(asked, answered) for asked, answered in turns]
-        shown = {
+        earlier = {
             s.citation.chunk_id: s.citation
             for _, answered in turns
             if answered.context
             for s in answered.context.sources
         }
-        shown.update((hit.chunk_id, _citation(0, hit)) for hit in hits)
-        sources = [Source(0, hit.title, hit.page, hit.text, key=hit.chunk_id) for hit in hits]
-        budget = backend.context_tokens - self.config.max_answer_tokens
         try:
-            prompt = build_prompt(
-                backend.prompt_format,
+            return Grounding.build(
+                backend,
                 question=question.content,
-                sources=sources,
-                history=history,
-                token_budget=budget,
-                count_tokens=backend.count_tokens,
+                hits=hits,
+                history=[_turn(asked, answered) for asked, answered in turns],
+                earlier=earlier,
+                answer_tokens=self.config.max_answer_tokens,
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc
         except EngineError as exc:  # e.g. ChatTemplateFailed: the model's template refused
             raise from_engine(exc) from exc  # its status (400), not the stream's 500
-        return prompt, shown
 
     async def _save(
         self, question: Message, answer: str, citations: tuple[Citation, ...], progress: _Progress
@@ -285,21 +271,11 @@ def _turn(asked: Message, answered: Message) -> Turn:
     return Turn(asked.content, context.answer, sources, context.refers)
 
 
-def _context(prompt: Prompt, shown: dict[int, Citation], generated: str) -> TurnContext:
+def _context(grounding: Grounding, generated: str) -> TurnContext:
+    """What the model saw and said, stored with the answer for the next turn's prompt."""
+    turn = grounding.prompt.turn
     listed = tuple(
-        ShownSource(replace(shown[s.key], number=s.number), s.text) for s in prompt.turn.sources
+        ShownSource(citation, source.text)
+        for citation, source in zip(grounding.listed(), turn.sources, strict=True)
     )
-    return TurnContext(generated, listed, prompt.turn.refers)
-
-
-def _citation(number: int, hit: Hit) -> Citation:
-    return Citation(
-        number=number,
-        chunk_id=hit.chunk_id,
-        document_id=hit.document_id,
-        title=hit.title,
-        page=hit.page,
-        start=hit.start,
-        end=hit.end,
-        snippet=hit.text[:SNIPPET_CHARS],
-    )
+    return TurnContext(generated, listed, turn.refers)

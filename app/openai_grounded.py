@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -22,9 +22,10 @@ from litestar import MediaType, Request, Response
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
+from app.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.auth.access import readable_collections
 from app.auth.scope import current_access
-from app.chat import MAX_QUESTION_CHARS, NOTHING_FOUND, SNIPPET_CHARS, ChatService
+from app.chat import ChatService
 from app.openai_errors import OpenAIError, error_body
 from app.openai_generation import FINISH_REASONS, Started, collect, failed, start, usage_out
 from app.openai_schemas import (
@@ -43,9 +44,8 @@ from app.schemas import CitationOut
 from app.services import Services
 from llm.backend import Backend
 from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
-from llm.citations import attribute, cited_numbers
 from llm.params import TextDelta
-from llm.prompt import Prompt, PromptTooLong, Source, Turn, build_prompt
+from llm.prompt import PromptTooLong, Turn
 from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
@@ -111,60 +111,41 @@ def _question_and_history(messages: list[ChatMessage]) -> tuple[str, list[Turn]]
 
 
 @dataclass
-class _Grounding:
+class _Grounded:
+    """The grounding of one stateless /v1 question, built when the backend is known."""
+
     question: str
     history: list[Turn]
     hits: list[Hit]
     answer_tokens: int
-    prompt: Prompt | None = None
-    shown: dict[int, CitationOut] = field(default_factory=dict)  # by chunk id
+    grounding: Grounding | None = None
 
     def prompt_for(self, backend: Backend) -> ChatPrompt:
-        sources = [Source(0, h.title, h.page, h.text, key=h.chunk_id) for h in self.hits]
         try:
-            self.prompt = build_prompt(
-                backend.prompt_format,
+            self.grounding = Grounding.build(
+                backend,
                 question=self.question,
-                sources=sources,
+                hits=self.hits,
                 history=self.history,
-                token_budget=backend.context_tokens - self.answer_tokens,
-                count_tokens=backend.count_tokens,
+                answer_tokens=self.answer_tokens,
             )
         except PromptTooLong as exc:
             raise OpenAIError(str(exc), param="messages", code="context_length_exceeded") from exc
-        except ChatTemplateFailed as exc:  # the model's template refused: a 400, not a 500
+        except ChatTemplateFailed as exc:  # the model's own template refused: a 400 as well
             raise OpenAIError(exc.detail, param="messages") from exc
-        return ChatPrompt(self.prompt.text, self.prompt.stop, strip_leading_space=True)
+        prompt = self.grounding.prompt
+        return ChatPrompt(prompt.text, prompt.stop, strip_leading_space=True)
 
     def listed(self) -> list[CitationOut]:
         """Every source of this turn, as numbered in the prompt."""
-        assert self.prompt is not None
-        by_chunk = {h.chunk_id: h for h in self.hits}
-        return [_citation(s.number, by_chunk[s.key]) for s in self.prompt.turn.sources]
+        assert self.grounding is not None
+        return [CitationOut.of(c) for c in self.grounding.listed()]
 
     def cite(self, text: str) -> tuple[str, list[CitationOut]]:
         """The answer with bare sentences attributed, and the sources it cites."""
-        assert self.prompt is not None
-        answer = attribute(text.strip(), self.prompt.relevant)
-        listed = {c.number: c for c in self.listed()}
-        numbers = cited_numbers(answer, listed)
-        return answer, [listed[n] for n in numbers]
-
-
-def _citation(number: int, hit: Hit) -> CitationOut:
-    url = f"/documents/{hit.document_id}/pages/{hit.page}?chunk={hit.chunk_id}#passage"
-    snippet = hit.text[:SNIPPET_CHARS]
-    return CitationOut(
-        number=number,
-        chunk_id=hit.chunk_id,
-        document_id=hit.document_id,
-        title=hit.title,
-        page=hit.page,
-        start=hit.start,
-        end=hit.end,
-        snippet=snippet,
-        url=url,
-    )
+        assert self.grounding is not None
+        answer, citations = self.grounding.cite(text)
+        return answer, [CitationOut.of(c) for c in citations]
 
 
 async def grounded_completion(
@@ -180,7 +161,7 @@ async def grounded_completion(
     if not hits:  # as chat does: no source, no model
         return _nothing_found(data)
     answer_tokens = data.max_completion_tokens or data.max_tokens or chat.config.max_answer_tokens
-    grounding = _Grounding(question, history, hits, answer_tokens)
+    grounding = _Grounded(question, history, hits, answer_tokens)
     model = (
         chat.config.model
         if data.model == RAG_MODEL or data.model.startswith(RAG_PREFIX)
@@ -255,7 +236,7 @@ async def _nothing_found_chunks(
 
 
 async def _chunks(
-    started: Started, grounding: _Grounding, *, include_usage: bool
+    started: Started, grounding: _Grounded, *, include_usage: bool
 ) -> AsyncIterator[ServerSentEventMessage]:
     created = int(time.time())
     first = [ChunkChoice(0, Delta(role="assistant", content=""))]

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from app.chat import NOTHING_FOUND
+from app.answering import NOTHING_FOUND
 from tests.conftest import add_key, fake_model, upload, wait_for, wait_indexed
 from tests.test_openai import assert_openai_error, chunks
 from tests.test_permissions import CANARY, SHARED, sign_in_as, two_teams  # noqa: F401
@@ -143,12 +143,13 @@ def test_the_canary_never_reaches_a_grounded_v1_answer(
 
 def test_each_citation_field_comes_from_its_own_hit_field() -> None:
     """Ids that differ, so a document id can never pass for a chunk id."""
-    from app.openai_grounded import _citation
+    from app.answering import citation_of
+    from app.schemas import CitationOut
     from retrieval.types import Hit
 
     hit = Hit(chunk_id=41, document_id=7, title="Handbook", page=3, start=10, end=52,
               text="The canteen opens at noon.", score=0.9)  # fmt: skip
-    assert msgspec.to_builtins(_citation(2, hit)) == {
+    assert msgspec.to_builtins(CitationOut.of(citation_of(hit, 2))) == {
         "number": 2,
         "chunk_id": 41,
         "document_id": 7,
