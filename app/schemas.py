@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Literal
 
 import msgspec
@@ -69,16 +70,7 @@ class HitOut(msgspec.Struct):
 
     @classmethod
     def of(cls, hit: Hit) -> HitOut:
-        return cls(
-            chunk_id=hit.chunk_id,
-            document_id=hit.document_id,
-            title=hit.title,
-            page=hit.page,
-            start=hit.start,
-            end=hit.end,
-            text=hit.text,
-            score=round(hit.score, 6),
-        )
+        return cls(**{**asdict(hit), "score": round(hit.score, 6)})
 
 
 class SearchOut(msgspec.Struct):

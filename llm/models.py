@@ -7,6 +7,8 @@ import os
 import re
 from pathlib import Path
 
+from llm.leftovers import remove_leftovers
+
 log = logging.getLogger(__name__)
 
 _PARTIAL = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.partial")
@@ -36,16 +38,14 @@ def sweep_partial_models(models_dir: Path) -> list[Path]:
     (``ragdesk prepare`` does not hold the data directory) is left alone."""
     if not models_dir.is_dir():
         return []
-    removed = []
-    for path in sorted(models_dir.iterdir()):
-        match = _PARTIAL.fullmatch(path.name)
-        if match is None or not path.is_file() or _running(int(match["pid"])):
-            continue
-        size = path.stat().st_size
-        path.unlink(missing_ok=True)
-        log.warning("removed %s, left by an interrupted model assembly (%d bytes)", path, size)
-        removed.append(path)
-    return removed
+    partial = [
+        path
+        for path in sorted(models_dir.iterdir())
+        if (match := _PARTIAL.fullmatch(path.name))
+        and path.is_file()
+        and not _running(int(match["pid"]))
+    ]
+    return remove_leftovers(partial, "model assembly")
 
 
 def _running(pid: int) -> bool:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from llm.engine.kv_policy import WritePolicy, WriteRate, worth_rewriting
+from llm.leftovers import remove_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -238,15 +239,8 @@ def sweep_kv_leftovers(directory: Path) -> list[Path]:
     below (the KV directory of every model: those not loaded this run too); returns them."""
     if not directory.is_dir():
         return []
-    removed = []
-    for path in sorted(directory.rglob("*.tmp*")):
-        if not _TEMP.fullmatch(path.name) or not path.is_file():
-            continue
-        size = path.stat().st_size
-        path.unlink(missing_ok=True)
-        log.warning("removed %s, left by an interrupted KV cache write (%d bytes)", path, size)
-        removed.append(path)
-    return removed
+    temporary = (p for p in sorted(directory.rglob("*.tmp*")) if _TEMP.fullmatch(p.name))
+    return remove_leftovers((p for p in temporary if p.is_file()), "KV cache write")
 
 
 def _header(model: str, saved: SavedState) -> bytes:
