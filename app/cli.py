@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.auth import cli as auth_commands
-from app.settings import Settings
+from app.config.settings import Settings
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "prepare":
         _prepare(data_dir=args.data_dir)
     elif args.command == "ingest":
-        from app.ingest_command import run_ingest
+        from app.documents.ingest_command import run_ingest
 
         settings = _settings(data_dir=args.data_dir)
         with _owning(settings, "ragdesk ingest"):
@@ -68,13 +68,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         sys.exit(status)
     elif args.command == "eval":
-        from app.eval_command import run_eval
+        from app.documents.eval_command import run_eval
 
         settings = _settings(data_dir=args.data_dir)
         options = {"collection": args.collection, "k": args.k, "history": args.history}
         sys.exit(run_eval(settings, args.golden, **options))
     elif args.command == "reindex":
-        from app.reindex_command import run_reindex
+        from app.documents.reindex_command import run_reindex
 
         settings = _settings(data_dir=args.data_dir)
         with _owning(settings, "ragdesk reindex"):

@@ -13,28 +13,27 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from litestar.types import Message, Scope
 
-from app.auth.admin_routes import AccountPages, AdminPages
 from app.auth.guards import csrf_token, require_principal
 from app.auth.hosts import AllowedHosts
-from app.auth.routes import AuthPages
+from app.chat.rendering import render_answer
+from app.config.settings import Settings
+from app.documents.intake import MAX_PARTS_PER_REQUEST
 from app.errors import handle_error
-from app.intake import MAX_PARTS_PER_REQUEST
-from app.metrics import metrics_endpoint
-from app.openai_errors import openai_error_handler
-from app.rendering import render_answer
-from app.routes.api import ChatApi, DocumentsApi, SearchApi
-from app.routes.api_accounts import KeysApi, UsersApi
-from app.routes.api_library import CollectionsApi, ConversationsApi
-from app.routes.collections_ui import CollectionsUi
-from app.routes.completions import CompletionsApi
-from app.routes.conversations_ui import ConversationsUi
-from app.routes.eval_ui import EvalPages
-from app.routes.health import live, ready
-from app.routes.openai import openai_router
-from app.routes.pages import Pages, Partials
-from app.services import services_lifespan
-from app.settings import Settings
-from app.ui_format import register_filters
+from app.lifespan import services_lifespan
+from app.openai.errors import openai_error_handler
+from app.web.admin_pages import AccountPages, AdminPages
+from app.web.api import ChatApi, DocumentsApi, SearchApi
+from app.web.api_accounts import KeysApi, UsersApi
+from app.web.api_library import CollectionsApi, ConversationsApi
+from app.web.auth_pages import AuthPages
+from app.web.collections_ui import CollectionsUi
+from app.web.completions import CompletionsApi
+from app.web.conversations_ui import ConversationsUi
+from app.web.eval_ui import EvalPages
+from app.web.health import live, metrics_endpoint, ready
+from app.web.openai import openai_router
+from app.web.pages import Pages, Partials
+from app.web.ui_format import register_filters
 
 # No inline script or style, nothing from other origins; htmx's SSE uses connect-src 'self'.
 CONTENT_SECURITY_POLICY = (

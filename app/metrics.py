@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from litestar import Response, get
-from litestar.datastructures import State
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -161,14 +159,3 @@ class _RetrievalGauges(Collector):
             cache.add_metric(["total"], usage.bytes)
             cache.add_metric(["spare"], usage.spare_bytes)
             yield cache
-
-
-@get(
-    "/metrics",
-    media_type="text/plain; version=0.0.4",
-    sync_to_thread=False,
-    opt={"monitoring": True},  # admins only: Prometheus scrapes with an admin's API key
-)
-def metrics_endpoint(state: State) -> Response[bytes]:
-    metrics: Metrics = state.services.metrics
-    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

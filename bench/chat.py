@@ -22,8 +22,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from app.chat import ChatConfig, ChatService
-from app.conversations import Conversations
+from app.chat.conversations import Conversations
+from app.chat.service import ChatConfig, ChatService
 from bench.query import indexed_corpus
 from llm.channel import Completion
 from llm.local import LocalModel, LocalModelConfig

@@ -9,7 +9,7 @@ first. Then, in each mode, grounded questions are asked one at a time, each once
 timed end to end: question embedding + hybrid search + prompt + prefill, up to the first
 token (``bench.query.measure`` with a one-token answer, wall clock around it). The
 embedder and the bundled GGUF model are the real ones, wired as the server wires them:
-questions and ingestion share one ``BatchingEmbedder`` built by ``app.search_stages.batched``
+questions and ingestion share one ``BatchingEmbedder`` built by ``app.config.search_stages.batched``
 from Settings, and the ingest worker parses in the sandboxed child process.
 
 - ``baseline``: nothing else running;
@@ -49,8 +49,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from app.search_stages import batched
-from app.settings import Settings
+from app.config.search_stages import batched
+from app.config.settings import Settings
 from bench.corpus import background_worker, ingest_files, stdlib_documents
 from bench.query import QUESTIONS, measure, percentile
 from llm.local import LocalModel, LocalModelConfig

@@ -17,8 +17,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from app.auth.principal import Role, User
 from app.auth.sessions import COOKIE_NAME
+from app.config.settings import Settings
 from app.factory import create_app
-from app.settings import Settings
 from llm.backend import FakeBackend
 
 FIXTURES = Path(__file__).parent / "fixtures"

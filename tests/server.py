@@ -97,7 +97,7 @@ class ServerProcess:
         (``api_key``), written with the app's own functions before the server starts."""
         from app.auth.passwords import generate_password
         from app.auth.service import open_auth
-        from app.settings import Settings
+        from app.config.settings import Settings
         from retrieval.db import Database
 
         settings = Settings(data_dir=self.data_dir)

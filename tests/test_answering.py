@@ -8,7 +8,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from app.answering import Grounding, citation_of
+from app.chat.answering import Grounding, citation_of
 from llm.backend import FakeBackend
 from retrieval.types import Hit
 from tests.conftest import fake_model, sse_events, upload, wait_indexed

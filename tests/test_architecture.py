@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,45 @@ def test_no_import_loops() -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     assert import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert import_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+# app/ in tiers: the composition root (factory, cli, asgi, lifespan) over web/, the only
+# home of HTTP handlers, over the feature packages and the modules they share, over the
+# libraries. Nothing imports a tier above its own.
+ROOT_MODULES = {"app.factory", "app.cli", "app.asgi", "app.lifespan"}
+FEATURES = ("app.config", "app.chat", "app.documents", "app.openai", "app.auth")
+
+
+def tier(module: str) -> int:
+    if module.startswith(("retrieval", "llm")):
+        return 0
+    if module in ROOT_MODULES:
+        return 3
+    if module == "app.web" or module.startswith("app.web."):
+        return 2
+    return 1  # a feature package, or a module the features share (errors, schemas, state)
+
+
+def test_app_is_in_tiers_and_nothing_imports_upward() -> None:
+    upward = sorted(
+        (module, imported)
+        for module, imports in module_imports().items()
+        for imported in imports
+        if tier(imported) > tier(module)
+    )
+    assert upward == []
+
+
+def test_every_handler_is_in_the_web_tier() -> None:
+    handler = re.compile(r"^\s*@(get|post|put|patch|delete|head|route)\(", re.MULTILINE)
+    outside = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "app").rglob("*.py")
+        if handler.search(path.read_text()) and "web" not in path.relative_to(ROOT).parts
+    ]
+    assert outside == []
+
+
+def test_the_feature_packages_exist() -> None:
+    for package in FEATURES:
+        assert (ROOT / package.replace(".", "/") / "__init__.py").is_file(), package

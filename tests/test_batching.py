@@ -119,8 +119,8 @@ def test_an_embedder_error_reaches_every_caller_of_the_batch() -> None:
 def test_the_app_wraps_real_embedders_and_builds_the_reranker_from_settings(
     tmp_path: Path,
 ) -> None:
-    from app.search_stages import batched, reranker
-    from app.settings import Settings
+    from app.config.search_stages import batched, reranker
+    from app.config.settings import Settings
 
     settings = Settings(
         data_dir=tmp_path, embed_batch_size=8, embed_ingest_batch=3, embed_max_wait_ms=5
@@ -143,8 +143,8 @@ def test_the_app_wraps_real_embedders_and_builds_the_reranker_from_settings(
 def test_the_llm_reranker_takes_the_bundled_model_unless_told_otherwise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.search_stages import reranker
-    from app.settings import Settings
+    from app.config.search_stages import reranker
+    from app.config.settings import Settings
     from retrieval.llm_rerank import LlmReranker
 
     bundled = tmp_path / "models" / "bundled.gguf"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.chat import NOTHING_FOUND, ChatConfig, ChatService, DoneEvent, TokenEvent
-from app.conversations import Conversations, Message
+from app.chat.conversations import Conversations, Message
+from app.chat.service import NOTHING_FOUND, ChatConfig, ChatService, DoneEvent, TokenEvent
 from app.errors import NotFound, UnprocessableInput
 from llm.backend import FakeBackend
 from llm.params import Finished

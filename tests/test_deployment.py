@@ -10,8 +10,8 @@ from litestar.testing import TestClient
 from pydantic import ValidationError
 
 from app.auth.hosts import host_allowed, host_name
+from app.config.settings import Settings
 from app.factory import create_app
-from app.settings import Settings
 from tests.conftest import TEST_PASSWORD, TEST_USER, add_key, add_user, fake_settings, signed_in
 
 

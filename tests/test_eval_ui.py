@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from app.routes.eval_ui import BUNDLED_GOLDEN
+from app.web.eval_ui import BUNDLED_GOLDEN
 from retrieval.eval_runs import run_history, save_run
 from retrieval.evaluation import EvalReport
 from tests.conftest import add_user, login, upload, wait_indexed

@@ -12,8 +12,8 @@ from urllib.parse import quote
 import pytest
 from litestar.testing import TestClient
 
+from app.documents.intake import MAX_PARTS_PER_REQUEST
 from app.factory import create_app
-from app.intake import MAX_PARTS_PER_REQUEST
 from tests.conftest import add_key, add_user, fake_settings, upload, wait_indexed
 
 RLO = "\u202e"  # right-to-left override

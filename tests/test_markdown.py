@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from app.markdown import TAGS, render_markdown
+from app.chat.markdown import TAGS, render_markdown
 
 CITE = {1: ("/documents/3/pages/2?chunk=7#passage", 'Guide "<b>", page 2')}
 

@@ -60,8 +60,8 @@ def test_an_export_is_reused_until_the_model_or_mode_changes(tmp_path: Path) -> 
 
 
 def test_the_app_builds_it_from_settings(tmp_path: Path) -> None:
-    from app.retrieval_settings import build_embedder
-    from app.settings import Settings
+    from app.config.retrieval import build_embedder
+    from app.config.settings import Settings
 
     fp32 = build_embedder(Settings(data_dir=tmp_path, embedder_backend="onnx"))
     assert isinstance(fp32, OnnxEmbedder)

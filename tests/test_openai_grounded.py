@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from app.answering import NOTHING_FOUND
+from app.chat.answering import NOTHING_FOUND
 from tests.conftest import add_key, fake_model, upload, wait_for, wait_indexed
 from tests.test_openai import assert_openai_error, chunks
 from tests.test_permissions import CANARY, SHARED, sign_in_as, two_teams  # noqa: F401
@@ -143,7 +143,7 @@ def test_the_canary_never_reaches_a_grounded_v1_answer(
 
 def test_each_citation_field_comes_from_its_own_hit_field() -> None:
     """Ids that differ, so a document id can never pass for a chunk id."""
-    from app.answering import citation_of
+    from app.chat.answering import citation_of
     from app.schemas import CitationOut
     from retrieval.types import Hit
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.conversations import Citation, Message
-from app.rendering import highlight_passage, render_answer
+from app.chat.conversations import Citation, Message
+from app.chat.rendering import highlight_passage, render_answer
 
 CITATION = Citation(1, 7, 3, "Doc <b>", 2, 0, 5, "snippet")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings
+from app.config.settings import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from app.stopping import RunningAnswers, StopRequested, stopped_text
+from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
 from llm.backend import wait_idle
 from llm.channel import Completion
 from llm.params import Finished, TextDelta, Usage

@@ -10,8 +10,8 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from app.conversations import Conversation
-from app.ui_context import group_conversations
+from app.chat.conversations import Conversation
+from app.web.ui_context import group_conversations
 from tests.conftest import add_user, fake_model, login, sse_events, upload, wait_indexed
 from tests.test_pages import HOSTILE, injected_markup
 

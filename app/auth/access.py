@@ -11,7 +11,7 @@ from app.auth.principal import Principal
 from app.auth.resources import WriteForbidden
 from app.auth.scope import current_access
 from app.auth.service import Auth
-from app.conversations import Message
+from app.chat.conversations import Message
 from app.errors import NotFound
 from retrieval.records import CollectionRecord, DocumentRecord
 

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from app.auth.principal import Principal
-from app.conversations import Message
+from app.chat.conversations import Message
 from retrieval.db import Database
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from app.auth.passwords import generate_password
 from app.auth.service import Auth, open_auth
 from app.auth.users import AccountError
-from app.settings import Settings
+from app.config.settings import Settings
 from retrieval.db import Database
 from retrieval.store import DocumentStore
 

@@ -14,7 +14,7 @@ from app.auth.passwords import Passwords, generate_password
 from app.auth.ratelimit import KeyFailures, LoginThrottle, TokenBuckets
 from app.auth.sessions import Sessions
 from app.auth.users import Users
-from app.settings import Settings
+from app.config.settings import Settings
 from retrieval.db import Database
 
 log = logging.getLogger(__name__)

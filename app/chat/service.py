@@ -1,0 +1,281 @@
+"""A question in, a grounded streamed answer out: retrieval, prompt, generation, citations."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
+from app.chat.conversations import (
+    Citation,
+    Conversation,
+    Conversations,
+    Message,
+    ShownSource,
+    TurnContext,
+)
+from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
+from app.errors import NotFound, UnprocessableInput, from_engine
+from llm.backend import Backend
+from llm.params import (
+    BackendFailed,
+    CompletionRequest,
+    EngineError,
+    SamplingParams,
+    TextDelta,
+)
+from llm.prompt import PromptTooLong, Source, Turn
+from llm.registry import Registry
+from llm.repetition import RepetitionGuard
+from retrieval.search import Retriever
+from retrieval.types import Hit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    model: str
+    top_k: int
+    min_score: float
+    max_answer_tokens: int
+    temperature: float
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    text: str
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    message: Message
+
+
+ChatEvent = TokenEvent | DoneEvent
+
+
+@dataclass
+class _Progress:
+    """One answer as it is produced: what had been said when the client left (None: it
+    did not leave), what the model was shown, and whom to tell once it is stored."""
+
+    partial: str | None = None
+    context: TurnContext | None = None
+    on_stored: Callable[[Message], None] | None = None  # e.g. the audit of shown sources
+
+
+def clean_question(raw: str) -> str:
+    question = raw.strip()
+    if not question:
+        raise UnprocessableInput("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise UnprocessableInput(f"the question is longer than {MAX_QUESTION_CHARS} characters")
+    return question
+
+
+class ChatService:
+    def __init__(
+        self,
+        conversations: Conversations,
+        retriever: Retriever,
+        models: Registry,
+        config: ChatConfig,
+    ):
+        self.conversations = conversations
+        self.retriever = retriever
+        self.models = models
+        self.config = config
+        self._answering: set[int] = set()
+        self.running = RunningAnswers()  # what the Stop button can cancel
+
+    def ask(
+        self, question: str, conversation_id: int | None, owner: int | None = None
+    ) -> tuple[Conversation, Message]:
+        """Record the question (in a new conversation of ``owner`` unless one is given)."""
+        question = clean_question(question)
+        if conversation_id is None:
+            conversation = self.conversations.create(question, owner)
+        elif (found := self.conversations.get(conversation_id)) is None:
+            raise NotFound("no such conversation")
+        else:
+            conversation = found
+        return conversation, self.conversations.add_question(conversation.id, question)
+
+    async def answer(
+        self, question: Message, on_stored: Callable[[Message], None] | None = None
+    ) -> AsyncIterator[ChatEvent]:
+        """Stream the answer to a recorded question, then store it with its citations.
+
+        A question already answered yields its stored answer at once, so a reconnecting
+        client never triggers a second generation. ``on_stored`` is called (in a worker
+        thread) with the answer once it is stored, however it ended: complete, stopped, or
+        cut short by a client that progress.
+        """
+        existing = await asyncio.to_thread(self.conversations.answer_to, question)
+        if existing is not None or question.id in self._answering:
+            if existing is not None:
+                yield DoneEvent(existing)
+            return
+        self._answering.add(question.id)
+        progress = _Progress(on_stored=on_stored)
+        try:
+            # aclosing: the inner generator records what was said before we look below.
+            async with aclosing(self._generate(question, progress)) as events:
+                async for event in events:
+                    yield event
+        except StopRequested:  # the Stop button: store what was said and show it at once
+            partial, progress.partial = progress.partial or "", None
+            stored = await self._save(question, stopped_text(partial), (), progress)
+            yield DoneEvent(stored)
+        finally:
+            self.running.forget(question.id)
+            if progress.partial is None:
+                self._answering.discard(question.id)
+            else:  # the client left: keep what was said, marked as cut short
+                self._save_stopped(question, progress.partial, progress)
+
+    def is_answering(self, question_id: int) -> bool:
+        """From the moment its answer starts (retrieval included) until it is stored."""
+        return question_id in self._answering
+
+    def stop(self, question_id: int) -> bool:
+        """Stop generating the answer to a question; False when none is being generated."""
+        if question_id not in self._answering:
+            return False
+        self.running.stop(question_id)
+        return True
+
+    def _save_stopped(self, question: Message, partial: str, progress: _Progress) -> None:
+        """Store a cut-short answer without awaiting (a closing generator must not wait for
+        the database); the question counts as being answered until it is stored, so a
+        reconnect in between cannot start a second generation."""
+        text = f"{partial} …(stopped)" if partial else "(stopped)"
+        future = asyncio.get_running_loop().run_in_executor(
+            None, self._store, question, text, (), progress
+        )
+
+        def stored(done: asyncio.Future[Message]) -> None:
+            self._answering.discard(question.id)
+            if not done.cancelled() and done.exception() is not None:
+                log.error("could not store a stopped answer", exc_info=done.exception())
+
+        future.add_done_callback(stored)
+
+    async def _generate(
+        self, question: Message, progress: _Progress
+    ) -> AsyncGenerator[ChatEvent, None]:
+        hits = await asyncio.to_thread(
+            lambda: (
+                self.retriever.search(
+                    question.content, self.config.top_k, min_score=self.config.min_score
+                ).hits
+            )
+        )
+        if not hits:
+            yield TokenEvent(NOTHING_FOUND)
+            yield DoneEvent(await self._save(question, NOTHING_FOUND, (), progress))
+            return
+        key = f"conversation:{question.conversation_id}"
+        backend = await asyncio.to_thread(self.models.get, self.config.model, key)
+        grounding = await asyncio.to_thread(self._grounding, backend, question, hits)
+        prompt = grounding.prompt
+        request = CompletionRequest(
+            prompt=prompt.text,
+            params=SamplingParams(
+                max_tokens=self.config.max_answer_tokens,
+                temperature=self.config.temperature,
+                stop=prompt.stop,
+            ),
+            cache_key=key,
+            deadline=time.monotonic() + self.config.timeout_s,
+        )
+        try:
+            completion = self.running.track(
+                question.id, await asyncio.to_thread(backend.submit, request)
+            )
+        except EngineError as exc:
+            raise from_engine(exc) from exc
+        guard = RepetitionGuard()
+        completed = False
+        try:
+            async for event in completion:
+                if isinstance(event, TextDelta):
+                    if guard.feed(event.text):
+                        completion.cancel()
+                        break  # a loop: the answer so far is all there is
+                    yield TokenEvent(event.text)
+                elif event.reason == "error":
+                    raise from_engine(BackendFailed(event.error or "generation failed"))
+            completed = True
+        finally:
+            if not completed:  # the client left (leaving the loop cancelled the request)
+                progress.partial = guard.text.strip()
+                progress.context = _context(grounding, guard.text)
+        answer, citations = grounding.cite(guard.text)
+        progress.context = _context(grounding, guard.text)
+        yield DoneEvent(await self._save(question, answer or "(no answer)", citations, progress))
+
+    def _grounding(self, backend: Backend, question: Message, hits: list[Hit]) -> Grounding:
+        """This turn's prompt after the earlier turns, which repeat the sources they were
+        shown (so their numbers stay citable)."""
+        turns = self.conversations.turns_before(question)
+        earlier = {
+            s.citation.chunk_id: s.citation
+            for _, answered in turns
+            if answered.context
+            for s in answered.context.sources
+        }
+        try:
+            return Grounding.build(
+                backend,
+                question=question.content,
+                hits=hits,
+                history=[_turn(asked, answered) for asked, answered in turns],
+                earlier=earlier,
+                answer_tokens=self.config.max_answer_tokens,
+            )
+        except PromptTooLong as exc:
+            raise UnprocessableInput(str(exc)) from exc
+        except EngineError as exc:  # e.g. ChatTemplateFailed: the model's template refused
+            raise from_engine(exc) from exc  # its status (400), not the stream's 500
+
+    async def _save(
+        self, question: Message, answer: str, citations: tuple[Citation, ...], progress: _Progress
+    ) -> Message:
+        return await asyncio.to_thread(self._store, question, answer, citations, progress)
+
+    def _store(
+        self, question: Message, answer: str, citations: tuple[Citation, ...], progress: _Progress
+    ) -> Message:
+        stored = self.conversations.add_answer(question, answer, citations, progress.context)
+        if progress.on_stored is not None:
+            progress.on_stored(stored)
+        return stored
+
+
+def _turn(asked: Message, answered: Message) -> Turn:
+    """An earlier turn as the model saw it (answers from before m005 have no context)."""
+    context = answered.context
+    if context is None:
+        return Turn(asked.content, answered.content)
+    sources = tuple(
+        Source(s.citation.number, s.citation.title, s.citation.page, s.text, s.citation.chunk_id)
+        for s in context.sources
+    )
+    return Turn(asked.content, context.answer, sources, context.refers)
+
+
+def _context(grounding: Grounding, generated: str) -> TurnContext:
+    """What the model saw and said, stored with the answer for the next turn's prompt."""
+    turn = grounding.prompt.turn
+    listed = tuple(
+        ShownSource(citation, source.text)
+        for citation, source in zip(grounding.listed(), turn.sources, strict=True)
+    )
+    return TurnContext(generated, listed, turn.refers)

@@ -1,0 +1,1 @@
+"""Configuration: the one ``Settings`` object and how it becomes the libraries' objects."""

@@ -1,0 +1,52 @@
+"""Optional search stages built from Settings: the embedding batcher and the reranker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app.config.settings import Settings
+from retrieval.embedder import Embedder, HashingEmbedder
+from retrieval.rerank import Reranker
+
+
+def batched(
+    settings: Settings, embedder: Embedder, busy: Callable[[], bool] | None = None
+) -> Embedder:
+    """Questions and ingestion share forward passes (retrieval/batching.py); ingestion
+    waits while ``busy()`` (a model is generating), up to ``embed_ingest_yield_s``."""
+    if isinstance(embedder, HashingEmbedder):
+        return embedder  # nothing to batch: tests and demos see the fake itself
+    from retrieval.batching import BatchingEmbedder
+
+    def set_threads(count: int) -> None:
+        import torch
+
+        torch.set_num_threads(count)
+
+    return BatchingEmbedder(
+        embedder,
+        max_batch=settings.embed_batch_size,
+        bulk_batch=settings.embed_ingest_batch,
+        max_wait_ms=settings.embed_max_wait_ms,
+        set_threads=set_threads,
+        query_threads=settings.embed_query_threads,
+        bulk_threads=settings.embed_ingest_threads,
+        busy=busy,
+        bulk_yield_s=settings.embed_ingest_yield_s,
+    )
+
+
+def reranker(settings: Settings) -> Reranker | None:
+    if settings.reranker == "none":
+        return None
+    if settings.reranker == "llm":
+        from llm.models import bundled_generator_model
+        from retrieval.llm_rerank import LlmReranker
+
+        model = settings.reranker_model or bundled_generator_model(settings.models_dir)
+        return LlmReranker(model, n_threads=settings.n_threads)
+    if settings.reranker_model is None:
+        raise ValueError("RAGDESK_RERANKER=cross-encoder needs RAGDESK_RERANKER_MODEL")
+    from retrieval.rerank import CrossEncoderReranker
+
+    return CrossEncoderReranker(settings.reranker_model)

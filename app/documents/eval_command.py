@@ -1,0 +1,112 @@
+"""``ragdesk eval GOLDEN.jsonl``: retrieval quality and latency on the data directory's
+index, stored in SQLite; ``ragdesk eval --history`` compares the runs."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.config.settings import Settings
+
+if TYPE_CHECKING:
+    from retrieval.db import Database
+    from retrieval.eval_runs import EvalRun
+
+
+def run_eval(
+    settings: Settings, golden: Path | None, *, collection: str | None, k: int, history: bool
+) -> int:
+    from retrieval.db import Database
+    from retrieval.eval_runs import run_history
+
+    if k < 1:
+        print("ragdesk eval: --k must be at least 1", file=sys.stderr)
+        return 2
+    if not settings.db_path.exists():
+        print(f"ragdesk eval: no Ragdesk database in {settings.data_dir}", file=sys.stderr)
+        return 2
+    db = Database(settings.db_path)
+    try:
+        if golden is not None:
+            status = _evaluate(settings, db, golden, collection=collection, k=k)
+            if status:
+                return status
+        if history or golden is None:
+            _print_history(run_history(db))
+        return 0
+    finally:
+        db.close()
+
+
+def _evaluate(
+    settings: Settings, db: Database, golden: Path, *, collection: str | None, k: int
+) -> int:
+    from app.config.retrieval import build_embedder, open_vector_index, search_config
+    from app.config.search_stages import reranker
+    from retrieval.eval_runs import save_run
+    from retrieval.evaluation import GoldenSetError, evaluate, load_golden
+    from retrieval.search import Retriever
+    from retrieval.store import DocumentStore
+
+    try:
+        questions = load_golden(golden)
+    except GoldenSetError as exc:
+        print(f"ragdesk eval: {exc}", file=sys.stderr)
+        return 2
+    store = DocumentStore(db)
+    collection_ids = None
+    if collection is not None:
+        found = [c.id for c in store.collections() if c.name == collection]
+        if not found:
+            names = ", ".join(c.name for c in store.collections()) or "none"
+            print(
+                f"ragdesk eval: no collection {collection!r} (there are: {names})", file=sys.stderr
+            )
+            return 2
+        collection_ids = found
+    embedder = build_embedder(settings)
+    # Read only: a running server owns the index files (its checkpoints may be layered
+    # over a memory-mapped base that a checkpoint from here would delete).
+    index, _ = open_vector_index(settings, store, embedder, read_only=True)
+    config = search_config(settings)
+    report = evaluate(
+        Retriever(embedder, index, store, config, reranker(settings)),
+        store,
+        questions,
+        k=k,
+        collection_ids=collection_ids,
+        min_score=settings.min_score if settings.retrieval_mode != "bm25" else None,
+    )
+    run_id = save_run(
+        db,
+        report,
+        golden=golden,
+        collection=collection,
+        mode=settings.retrieval_mode,
+        model_id=embedder.model_id,
+    )
+    for result in report.results:
+        if result.rank is None:
+            print(f"  missed: {result.question}", file=sys.stderr)
+    print(json.dumps({"run": run_id, **report.as_dict()}, indent=2))
+    return 0
+
+
+def _print_history(runs: list[EvalRun]) -> None:
+    print(
+        "| run | when (UTC) | golden | collection | k | mode | questions | recall@k | MRR "
+        "| answer found | p50 ms | p95 ms |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for run in runs:
+        when = datetime.datetime.fromtimestamp(run.created_at, datetime.UTC)
+        containment = "–" if run.answer_containment is None else f"{run.answer_containment:.3f}"
+        print(
+            f"| {run.id} | {when:%Y-%m-%d %H:%M} | {Path(run.golden).name} | "
+            f"{run.collection or 'all'} | {run.k} | {run.mode} | {run.questions} | "
+            f"{run.recall:.3f} | {run.mrr:.3f} | {containment} | {run.latency_p50_ms:.1f} | "
+            f"{run.latency_p95_ms:.1f} |"
+        )

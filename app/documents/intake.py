@@ -1,0 +1,103 @@
+"""Reading uploaded files out of a multipart request and handing them to the library."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Request
+from litestar.datastructures import UploadFile
+from litestar.exceptions import ClientException
+
+from app.auth.access import require_writable
+from app.errors import AppError, UnprocessableInput, UnsupportedMediaType
+from app.state import Services
+from retrieval.display import shown
+from retrieval.library import display_filename
+from retrieval.parsers import UnsupportedDocumentType, detect_kind
+from retrieval.records import DocumentRecord
+
+MAX_FILES_PER_REQUEST = 100
+# Litestar's cap on multipart parts (create_app sets it): files plus a few form fields.
+MAX_PARTS_PER_REQUEST = MAX_FILES_PER_REQUEST + 20
+
+
+@dataclass(frozen=True)
+class IncomingFile:
+    filename: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Accepted:
+    document: DocumentRecord
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class Rejected:
+    filename: str
+    reason: str
+
+
+async def read_files(request: Request[Any, Any, Any], field: str = "file") -> list[IncomingFile]:
+    try:
+        form = await request.form()
+    except ValueError as exc:  # e.g. a non-file part that is not UTF-8 (UnicodeDecodeError)
+        raise UnprocessableInput("the multipart body is malformed") from exc
+    except ClientException as exc:
+        if exc.status_code != 400:  # a body over the size limit is already a clear 413
+            raise
+        if "Too Large" not in exc.detail:  # Litestar words its part-count limit as a size
+            raise UnprocessableInput("the multipart body is malformed") from exc
+        raise AppError(
+            f"the multipart body has more than {MAX_PARTS_PER_REQUEST} parts or a part with "
+            f"oversized headers; send at most {MAX_FILES_PER_REQUEST} files per request"
+        ) from exc
+    values = form.getall(field) if field in form else []
+    parts = [part for part in values if isinstance(part, UploadFile)]
+    if not parts:
+        raise UnprocessableInput(f"send one or more files as multipart parts named '{field}'")
+    if len(parts) > MAX_FILES_PER_REQUEST:
+        raise UnprocessableInput(f"at most {MAX_FILES_PER_REQUEST} files per request")
+    return [IncomingFile(display_filename(part.filename), await part.read()) for part in parts]
+
+
+def unsupported(files: list[IncomingFile]) -> list[Rejected]:
+    rejected = []
+    for file in files:
+        try:
+            detect_kind(file.data, file.filename)
+        except UnsupportedDocumentType as exc:
+            rejected.append(Rejected(shown(file.filename), str(exc)))
+    return rejected
+
+
+async def submit_all(
+    services: Services, files: list[IncomingFile], collection_id: int | None = None
+) -> list[Accepted | Rejected]:
+    """Store each file (fsynced, committed) off the event loop; unsupported ones are rejected.
+    They go to ``collection_id`` (default: the default collection), which the request's
+    principal must be allowed to write (403 otherwise)."""
+    target = collection_id or services.collection_id
+    await asyncio.to_thread(require_writable, services.auth, target)
+
+    def submit(file: IncomingFile) -> Accepted | Rejected:
+        try:
+            document, created = services.library.submit(
+                data=file.data, filename=file.filename, collection_id=target
+            )
+        except UnsupportedDocumentType as exc:
+            return Rejected(shown(file.filename), str(exc))
+        return Accepted(document, duplicate=not created)
+
+    return [await asyncio.to_thread(submit, file) for file in files]
+
+
+def require_all_supported(files: list[IncomingFile]) -> None:
+    """The JSON API is all-or-nothing: one unsupported file rejects the request with 415."""
+    rejected = unsupported(files)
+    if rejected:
+        names = ", ".join(f"{r.filename} ({r.reason})" for r in rejected)
+        raise UnsupportedMediaType(f"unsupported file type: {names}")

@@ -1,0 +1,72 @@
+"""``ragdesk reindex``: re-embed every passage into a new index and switch to it.
+
+Use it after changing the embedding model (``RAGDESK_EMBEDDER_*``) or the index settings,
+with the server stopped: the live index stays valid and in place until the new one is
+complete, and an interrupted run loses nothing (vectors already computed are cached).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+
+from app.config.retrieval import build_embedder, index_spec
+from app.config.settings import Settings
+from app.documents.ingest_command import INTERRUPTED, _raise_interrupt
+
+
+def run_reindex(settings: Settings, *, batch: int) -> int:
+    from retrieval.db import Database
+    from retrieval.reindex import reindex
+    from retrieval.store import DocumentStore
+
+    if batch < 1:
+        print("ragdesk reindex: --batch must be at least 1", file=sys.stderr)
+        return 2
+    if not settings.db_path.exists():
+        print(f"ragdesk reindex: no Ragdesk database in {settings.data_dir}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    db = Database(settings.db_path)
+    started = time.monotonic()
+    tty = sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        rate = done / max(time.monotonic() - started, 1e-9)
+        line = f"embedded {done}/{total} passages ({rate:.0f}/s)"
+        sys.stderr.write(f"\r\x1b[2K{line}" if tty else f"{line}\n")
+        sys.stderr.flush()
+
+    try:
+        embedder = build_embedder(settings)
+        index, report = reindex(
+            DocumentStore(db),
+            embedder,
+            settings.index_dir,
+            spec=index_spec(settings),
+            batch=batch,
+            progress=progress,
+        )
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: the live index is unchanged; run again to continue "
+            "(passages embedded so far are cached)",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+    finally:
+        db.close()
+    if tty:
+        sys.stderr.write("\n")
+    summary = {
+        "model_id": index.model_id,
+        "index": report.kind,
+        "passages": report.chunks,
+        "embedded": report.embedded,
+        "from_cache": report.reused,
+        "seconds": round(report.seconds, 1),
+    }
+    print(json.dumps(summary, indent=2))
+    return 0

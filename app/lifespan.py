@@ -1,0 +1,204 @@
+"""Start-up and shutdown, in the Litestar lifespan.
+
+SQLite opens at once, so uploads are accepted from the first second. A background thread
+then loads, in two independent steps, the retrieval side (embedder, vector index,
+ingestion) and the chat side (generator): a broken generator setting never stops
+documents from being ingested and searched. ``Services.ready`` flips when both are in
+place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from litestar import Litestar
+
+from app.auth.scoped_search import ScopedRetriever
+from app.auth.service import ensure_first_admin, open_auth
+from app.chat.conversations import Conversations
+from app.chat.service import ChatConfig, ChatService
+from app.config.retrieval import (
+    build_embedder,
+    ingest_config,
+    open_vector_index,
+    search_config,
+)
+from app.config.search_stages import batched, reranker
+from app.config.settings import Settings
+from app.metrics import Metrics
+from app.state import Retrieval, Services
+from llm.backend import FakeBackend
+from llm.engine.kv_disk import sweep_kv_leftovers
+from llm.models import sweep_partial_models
+from llm.params import ModelUnavailable
+from llm.registry import Alias, Registry
+from retrieval.db import Database
+from retrieval.disk import DiskWatch
+from retrieval.ingest import IngestWorker
+from retrieval.leftovers import sweep_data_leftovers
+from retrieval.library import Library
+from retrieval.parsers.isolated import IsolatedParser
+from retrieval.search import Retriever
+from retrieval.store import DocumentStore
+from retrieval.uploads import UploadFiles
+
+log = logging.getLogger(__name__)
+
+
+def open_services(settings: Settings) -> Services:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.db_path)
+    store = DocumentStore(db)
+    services: Services = Services(
+        settings=settings,
+        db=db,
+        store=store,
+        library=Library(store, UploadFiles(settings.uploads_dir)),
+        conversations=Conversations(db),
+        collection_id=store.ensure_collection(),
+        parser=IsolatedParser(
+            timeout_s=settings.parse_timeout_s,
+            memory_bytes=settings.parse_memory_mb << 20,
+            processes=settings.parse_processes,
+        ),
+        metrics=Metrics(
+            lambda: services.loaded_models(),
+            lambda: services.retrieval.worker if services.retrieval is not None else None,
+        ),
+        auth=open_auth(settings, db),
+        disk=DiskWatch(settings.data_dir),
+    )
+    ensure_first_admin(services.auth)
+    _sweep_crash_leftovers(services)
+    return services
+
+
+def _sweep_crash_leftovers(services: Services) -> None:
+    """What a kill can leave (temp files of index saves, uploads and KV states, originals
+    whose row was deleted): before any request or the load thread can be writing."""
+    settings = services.settings
+    sweep_data_leftovers(settings.index_dir, services.library)
+    sweep_kv_leftovers(settings.kv_dir)
+    sweep_partial_models(settings.models_dir)
+
+
+def load_models(services: Services) -> None:
+    """Load the retrieval side and start ingestion, then the models; each may fail alone."""
+    try:
+        services.retrieval = _load_retrieval(services)
+    except Exception as exc:
+        log.exception("loading the embedder or the vector index failed")
+        services.load_errors.append(f"the embedder failed to load: {type(exc).__name__}: {exc}")
+    try:
+        services.models = build_registry(services.settings, services.metrics)
+        services.models.get(services.settings.chat_model)  # load the chat model now
+        if services.retrieval is not None:
+            services.chat = _load_chat(services, services.retrieval.retriever, services.models)
+    except Exception as exc:
+        log.exception("loading the generator failed")
+        cause = exc.__cause__ if isinstance(exc, ModelUnavailable) and exc.__cause__ else exc
+        services.load_errors.append(
+            f"the generator failed to load: {type(cause).__name__}: {cause}"
+        )
+    services.mark_loaded()
+
+
+def _load_retrieval(services: Services) -> Retrieval:
+    settings = services.settings
+    embedder = batched(settings, build_embedder(settings), busy=services.generating)
+    index, report = open_vector_index(settings, services.store, embedder)
+    log.info("vector index: %d vectors (%s)", index.count, report)
+    worker = IngestWorker(
+        services.store,
+        services.library.files,
+        embedder,
+        index,
+        settings.index_dir,
+        ingest_config(settings),
+        parse=services.parser.parse,
+    )
+    requeued = services.store.requeue_without_vectors(embedder.model_id)
+    if requeued:
+        log.info("re-embedding %d documents with %s", requeued, embedder.model_id)
+    services.library.attach_worker(worker)
+    # Only the very first start gets the samples: deleting them is respected. Submitting
+    # twice (a crash before the flag) is harmless: identical content is deduplicated.
+    if settings.load_samples and not services.store.has_flag("samples_loaded"):
+        _submit_samples(services, settings.samples_dir)
+        services.store.set_flag("samples_loaded")
+    search = search_config(settings)
+    # Scoped: every search served for a request sees only collections its principal may read.
+    retriever = ScopedRetriever(embedder, index, services.store, search, reranker(settings))
+    return Retrieval(embedder, retriever, worker)
+
+
+def _load_chat(services: Services, retriever: Retriever, models: Registry) -> ChatService:
+    settings = services.settings
+    return ChatService(
+        services.conversations,
+        retriever,
+        models,
+        ChatConfig(
+            model=settings.chat_model,
+            top_k=settings.top_k,
+            min_score=settings.min_score,
+            max_answer_tokens=settings.max_answer_tokens,
+            temperature=settings.temperature,
+            timeout_s=settings.request_timeout_s,
+        ),
+    )
+
+
+def build_registry(settings: Settings, metrics: Metrics) -> Registry:
+    """The configured models plus the default one, and their aliases."""
+    if settings.generator_backend == "fake":
+        fake = FakeBackend(
+            context_tokens=settings.n_ctx,
+            token_delay_s=settings.fake_token_delay_s,
+            observer=metrics,
+        )
+        return Registry.single(fake, "default")
+    from app.config.models import loaders_for  # imports llm.local; llama.cpp loads on use
+
+    loaders, default_name = loaders_for(settings, metrics)
+    aliases = {name: Alias(weights) for name, weights in settings.model_aliases.items()}
+    aliases.setdefault("default", Alias({default_name: 1}))
+    budget = settings.model_memory_mb << 20 if settings.model_memory_mb else None
+    return Registry(loaders, aliases, memory_budget_bytes=budget)
+
+
+def _submit_samples(services: Services, samples_dir: Path) -> None:
+    for path in sorted(samples_dir.glob("*")):
+        if path.is_file():
+            services.library.submit(
+                data=path.read_bytes(), filename=path.name, collection_id=services.collection_id
+            )
+            log.info("queued sample document %s", path.name)
+
+
+@asynccontextmanager
+async def services_lifespan(app: Litestar) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    services = await asyncio.to_thread(open_services, settings)
+    app.state.services = services
+    loader = threading.Thread(target=load_models, args=(services,), name="ragdesk-load")
+    loader.start()
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(_shutdown, services, loader)
+
+
+def _shutdown(services: Services, loader: threading.Thread) -> None:
+    loader.join()
+    if services.models is not None:
+        services.models.close()
+    stopped = services.retrieval.worker.stop() if services.retrieval is not None else True
+    if stopped:  # never pull the database from under a worker that is still writing
+        services.db.close()
+    services.parser.close()

@@ -1,0 +1,261 @@
+"""Grounded answers on ``/v1/chat/completions``: the model ``rag`` (every readable
+collection) or ``rag:<collection>``, or ``"ragdesk": {"collections": [...]}`` with any
+model, answers from the documents as chat does, with ``[n]`` markers and a ``citations``
+array (on the message, or in the last chunk of a stream).
+
+Stateless: the last user message is the question, earlier user/assistant messages become
+history turns without sources; nothing is stored but the audit of the passages shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.response import ServerSentEvent
+from litestar.response.sse import ServerSentEventMessage
+
+from app.auth.access import readable_collections
+from app.auth.scope import current_access
+from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
+from app.chat.service import ChatService
+from app.openai.errors import OpenAIError, error_body
+from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
+from app.openai.schemas import (
+    ChatChoice,
+    ChatChunk,
+    ChatCompletionIn,
+    ChatCompletionOut,
+    ChunkChoice,
+    Delta,
+    GroundedChunk,
+    GroundedMessageOut,
+    PromptTokensDetails,
+    UsageOut,
+)
+from app.schemas import CitationOut
+from app.state import Services
+from llm.backend import Backend
+from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
+from llm.params import TextDelta
+from llm.prompt import PromptTooLong, Turn
+from retrieval.types import Hit
+
+log = logging.getLogger(__name__)
+
+RAG_MODEL = "rag"
+RAG_PREFIX = "rag:"
+
+
+def is_grounded(data: ChatCompletionIn) -> bool:
+    return data.ragdesk is not None or data.model == RAG_MODEL or data.model.startswith(RAG_PREFIX)
+
+
+def rag_model_names(services: Services) -> list[str]:
+    """``rag`` and ``rag:<collection>`` for each collection the request may read."""
+    readable = readable_collections(services.store.collections())
+    return [RAG_MODEL, *(RAG_PREFIX + c.name for c in readable)]
+
+
+def _collection_ids(services: Services, data: ChatCompletionIn) -> frozenset[int] | None:
+    """The named collections (None: every readable one); a name that is unknown or may not
+    be read is a 404 either way, so the answer says nothing about others' collections."""
+    named: list[tuple[str, str]] = []  # (name, param)
+    if data.model.startswith(RAG_PREFIX):
+        named.append((data.model.removeprefix(RAG_PREFIX), "model"))
+    if data.ragdesk is not None:
+        named += [(name, "ragdesk.collections") for name in data.ragdesk.collections]
+    if not named:
+        return None
+    ids = {c.name: c.id for c in readable_collections(services.store.collections())}
+    for name, param in named:
+        if name not in ids:
+            code = "model_not_found" if param == "model" else "collection_not_found"
+            raise OpenAIError(f"no collection named {name!r}", status=404, param=param, code=code)
+    return frozenset(ids[name] for name, _ in named)
+
+
+def _question_and_history(messages: list[ChatMessage]) -> tuple[str, list[Turn]]:
+    """The last user message, and the user/assistant pairs before it (system messages are
+    left out: the grounded layout has its own instructions)."""
+    if messages[-1].role != "user" or not messages[-1].content.strip():
+        raise OpenAIError(
+            "a grounded answer needs the last message to be a non-empty user question",
+            param="messages",
+        )
+    question = messages[-1].content.strip()
+    if len(question) > MAX_QUESTION_CHARS:
+        raise OpenAIError(
+            f"the question is longer than {MAX_QUESTION_CHARS} characters", param="messages"
+        )
+    history: list[Turn] = []
+    pending: str | None = None
+    for message in messages[:-1]:
+        if message.role == "user":
+            if pending is not None:
+                history.append(Turn(pending))
+            pending = message.content
+        elif message.role == "assistant":
+            history.append(Turn(pending or "", message.content))
+            pending = None
+    if pending is not None:
+        history.append(Turn(pending))
+    return question, history
+
+
+@dataclass
+class _Grounded:
+    """The grounding of one stateless /v1 question, built when the backend is known."""
+
+    question: str
+    history: list[Turn]
+    hits: list[Hit]
+    answer_tokens: int
+    grounding: Grounding | None = None
+
+    def prompt_for(self, backend: Backend) -> ChatPrompt:
+        try:
+            self.grounding = Grounding.build(
+                backend,
+                question=self.question,
+                hits=self.hits,
+                history=self.history,
+                answer_tokens=self.answer_tokens,
+            )
+        except PromptTooLong as exc:
+            raise OpenAIError(str(exc), param="messages", code="context_length_exceeded") from exc
+        except ChatTemplateFailed as exc:  # the model's own template refused: a 400 as well
+            raise OpenAIError(exc.detail, param="messages") from exc
+        prompt = self.grounding.prompt
+        return ChatPrompt(prompt.text, prompt.stop, strip_leading_space=True)
+
+    def listed(self) -> list[CitationOut]:
+        """Every source of this turn, as numbered in the prompt."""
+        assert self.grounding is not None
+        return [CitationOut.of(c) for c in self.grounding.listed()]
+
+    def cite(self, text: str) -> tuple[str, list[CitationOut]]:
+        """The answer with bare sentences attributed, and the sources it cites."""
+        assert self.grounding is not None
+        answer, citations = self.grounding.cite(text)
+        return answer, [CitationOut.of(c) for c in citations]
+
+
+async def grounded_completion(
+    data: ChatCompletionIn,
+    messages: list[ChatMessage],
+    services: Services,
+    request: Request[Any, Any, Any],
+) -> Response[Any]:
+    chat = services.require_chat()
+    ids = await asyncio.to_thread(_collection_ids, services, data)
+    question, history = _question_and_history(messages)
+    hits = await asyncio.to_thread(_search, chat, question, ids)
+    if not hits:  # as chat does: no source, no model
+        return _nothing_found(data)
+    answer_tokens = data.max_completion_tokens or data.max_tokens or chat.config.max_answer_tokens
+    grounding = _Grounded(question, history, hits, answer_tokens)
+    model = (
+        chat.config.model
+        if data.model == RAG_MODEL or data.model.startswith(RAG_PREFIX)
+        else data.model
+    )
+    temperature = chat.config.temperature if data.temperature is None else data.temperature
+    sampling = msgspec.structs.replace(data, model=model, temperature=temperature)
+    started = await start(
+        services,
+        sampling,
+        grounding.prompt_for,
+        max_tokens=answer_tokens,
+        response_format=data.response_format,
+        prefix="chatcmpl",
+    )
+    await asyncio.to_thread(_audit, services, started.id, grounding.listed())
+    if data.stream:
+        usage = data.stream_options is not None and data.stream_options.include_usage
+        return ServerSentEvent(_chunks(started, grounding, include_usage=usage))
+    text, done = await collect(started, request)
+    answer, citations = grounding.cite(text)
+    message = GroundedMessageOut(answer, citations=citations)
+    choice = ChatChoice(0, message, FINISH_REASONS[done.reason])
+    out = ChatCompletionOut(
+        started.id, int(time.time()), done.model, [choice], usage_out(done.usage)
+    )
+    return Response(out, media_type=MediaType.JSON)
+
+
+def _search(chat: ChatService, question: str, ids: frozenset[int] | None) -> list[Hit]:
+    config = chat.config
+    result = chat.retriever.search(
+        question, config.top_k, min_score=config.min_score, collection_ids=ids
+    )
+    return result.hits
+
+
+def _audit(services: Services, request_id: str, shown: list[CitationOut]) -> None:
+    access = current_access()
+    if access is None or access.principal is None:
+        return
+    try:
+        pairs = [(c.chunk_id, c.document_id) for c in shown]
+        services.auth.audit.record_request(access.principal, request_id, pairs)
+    except Exception:  # the answer is under way; a failed audit row must be seen, not fatal
+        log.exception("could not record the sources of %s", request_id)
+
+
+def _nothing_found(data: ChatCompletionIn) -> Response[Any]:
+    response_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    if data.stream:
+        return ServerSentEvent(_nothing_found_chunks(response_id, created, data.model))
+    usage = UsageOut(0, 0, 0, PromptTokensDetails(0))
+    choice = ChatChoice(0, GroundedMessageOut(NOTHING_FOUND), "stop")
+    out = ChatCompletionOut(response_id, created, data.model, [choice], usage)
+    return Response(out, media_type=MediaType.JSON)
+
+
+def _sse(value: object) -> ServerSentEventMessage:
+    return ServerSentEventMessage(data=msgspec.json.encode(value).decode())
+
+
+async def _nothing_found_chunks(
+    response_id: str, created: int, model: str
+) -> AsyncIterator[ServerSentEventMessage]:
+    yield _sse(ChatChunk(response_id, created, model, [ChunkChoice(0, Delta("assistant", ""))]))
+    yield _sse(
+        ChatChunk(response_id, created, model, [ChunkChoice(0, Delta(content=NOTHING_FOUND))])
+    )
+    yield _sse(GroundedChunk(response_id, created, model, [ChunkChoice(0, Delta(), "stop")]))
+    yield ServerSentEventMessage(data="[DONE]")
+
+
+async def _chunks(
+    started: Started, grounding: _Grounded, *, include_usage: bool
+) -> AsyncIterator[ServerSentEventMessage]:
+    created = int(time.time())
+    first = [ChunkChoice(0, Delta(role="assistant", content=""))]
+    yield _sse(ChatChunk(started.id, created, started.model, first))
+    parts: list[str] = []
+    async for event in started.events():
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+            choices = [ChunkChoice(0, Delta(content=event.text))]
+            yield _sse(ChatChunk(started.id, created, started.model, choices))
+        elif event.reason == "error":
+            error = failed(event)
+            yield _sse(error_body(error.status, error.message, None, None))
+            return
+        else:
+            _, citations = grounding.cite("".join(parts))
+            last = [ChunkChoice(0, Delta(), FINISH_REASONS[event.reason])]
+            yield _sse(GroundedChunk(started.id, created, event.model, last, citations=citations))
+            if include_usage:
+                usage = usage_out(event.usage)
+                yield _sse(ChatChunk(started.id, created, event.model, [], usage))
+    yield ServerSentEventMessage(data="[DONE]")

@@ -1,1 +1,0 @@
-"""HTTP route handlers, grouped by audience."""

@@ -1,0 +1,162 @@
+"""The native JSON API under ``/api``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, Response, delete, get, head, post
+from litestar.di import Provide
+from litestar.response import ServerSentEvent
+from litestar.response.sse import ServerSentEventMessage
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.auth.access import (
+    answer_audit,
+    current_user_id,
+    readable_collections,
+    readable_documents,
+    require_conversation,
+)
+from app.auth.service import Auth
+from app.chat.conversations import Message
+from app.chat.service import ChatService, DoneEvent, TokenEvent, clean_question
+from app.documents.intake import Accepted, read_files, require_all_supported, submit_all
+from app.errors import AppError, NotFound
+from app.schemas import (
+    ChatDone,
+    ChatIn,
+    DocumentList,
+    DocumentOut,
+    HitOut,
+    RowId,
+    SearchIn,
+    SearchOut,
+)
+from app.state import Retrieval, Services
+from app.web.deps import provide_chat, provide_retrieval, provide_services
+from app.web.document_views import original_file, original_file_head
+from retrieval.store import DocumentGone
+
+log = logging.getLogger(__name__)
+
+
+class DocumentsApi(Controller):
+    path = "/api/documents"
+    dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
+
+    @post(status_code=HTTP_201_CREATED)
+    async def upload(
+        self, request: Request[Any, Any, Any], services: Services, collection: str | None = None
+    ) -> DocumentList:
+        """Upload one or more files (multipart parts named ``file``) to the default collection
+        or ``?collection=NAME`` (write access needed); ingestion is queued."""
+        target = await asyncio.to_thread(_collection_named, services, collection)
+        files = await read_files(request)
+        require_all_supported(files)
+        results = await submit_all(services, files, target)
+        return DocumentList(
+            [
+                DocumentOut.of(r.document, duplicate=r.duplicate)
+                for r in results
+                if isinstance(r, Accepted)
+            ]
+        )
+
+    @get()
+    async def list_documents(self, services: Services) -> DocumentList:
+        documents = await asyncio.to_thread(services.store.list_documents)
+        return DocumentList([DocumentOut.of(d) for d in readable_documents(documents)])
+
+    @get("/{document_id:int}")
+    async def get_document(self, document_id: RowId, services: Services) -> DocumentOut:
+        document = await asyncio.to_thread(services.store.get_document, document_id)
+        if document is None:
+            raise NotFound("no such document")
+        return DocumentOut.of(document)
+
+    @get("/{document_id:int}/download", media_type="application/octet-stream")
+    async def download_document(self, document_id: RowId, services: Services) -> Response[bytes]:
+        """The uploaded file as it was sent, as an attachment."""
+        return await original_file(services, document_id)
+
+    @head("/{document_id:int}/download")
+    async def download_document_head(
+        self, document_id: RowId, services: Services
+    ) -> Response[None]:
+        return await original_file_head(services, document_id)
+
+    @delete("/{document_id:int}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_document(self, document_id: RowId, services: Services) -> None:
+        try:
+            await asyncio.to_thread(services.library.delete, document_id)
+        except DocumentGone:
+            raise NotFound("no such document") from None
+
+
+class SearchApi(Controller):
+    path = "/api/search"
+    dependencies = {"retrieval": Provide(provide_retrieval, sync_to_thread=False)}
+
+    @post(status_code=200)
+    async def search(self, data: SearchIn, retrieval: Retrieval) -> SearchOut:
+        query = clean_question(data.query)
+        result = await asyncio.to_thread(retrieval.retriever.search, query, data.k)
+        return SearchOut([HitOut.of(hit) for hit in result.hits])
+
+
+class ChatApi(Controller):
+    path = "/api/chat"
+    dependencies = {
+        "chat": Provide(provide_chat, sync_to_thread=False),
+        "services": Provide(provide_services, sync_to_thread=False),
+    }
+
+    @post(status_code=200)
+    async def chat(self, data: ChatIn, chat: ChatService, services: Services) -> ServerSentEvent:
+        """Server-sent events: ``token`` events carry text, ``done`` the stored answer
+        with its citations, ``error`` a problem found after streaming began."""
+        await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
+        _, question = await asyncio.to_thread(
+            chat.ask, data.message, data.conversation_id, current_user_id()
+        )
+        return ServerSentEvent(json_events(chat, question, services.auth))
+
+
+async def json_events(
+    chat: ChatService, question: Message, auth: Auth | None = None
+) -> AsyncIterator[ServerSentEventMessage]:
+    try:
+        audit = answer_audit(auth) if auth is not None else None
+        async for event in chat.answer(question, on_stored=audit):
+            if isinstance(event, TokenEvent):
+                yield ServerSentEventMessage(data=_json({"text": event.text}), event="token")
+            elif isinstance(event, DoneEvent):
+                yield ServerSentEventMessage(data=_json(ChatDone.of(event.message)), event="done")
+    except AppError as exc:
+        yield ServerSentEventMessage(
+            data=_json({"status": exc.status, "detail": exc.detail}), event="error"
+        )
+    except Exception:  # the response has started: report in-band, never just hang up
+        log.exception("answer stream failed")
+        yield ServerSentEventMessage(
+            data=_json({"status": 500, "detail": "the answer failed; see the server log"}),
+            event="error",
+        )
+
+
+def _collection_named(services: Services, name: str | None) -> int | None:
+    """The id of a collection the request may read (404 for any other name)."""
+    if name is None:
+        return None
+    found = [c.id for c in readable_collections(services.store.collections()) if c.name == name]
+    if not found:
+        raise NotFound(f"no collection named {name!r}")
+    return found[0]
+
+
+def _json(value: object) -> str:
+    return msgspec.json.encode(value).decode()

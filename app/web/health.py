@@ -1,0 +1,52 @@
+"""Liveness and readiness probes, which answer without credentials, and ``/metrics``.
+
+Anyone (a load balancer, say) gets the status and, when not ready, the kind of problem in
+fixed words. The problem's own text names model files and exception messages: only an
+admin's session or key (``Principal.may_monitor``) gets it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get
+from litestar.datastructures import State
+from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
+
+from app.auth.guards import current_principal
+from app.metrics import Metrics
+from app.schemas import Health
+from app.state import Services
+
+
+@get("/health/live", sync_to_thread=False, opt={"public": True})
+def live() -> Health:
+    """The process is up and serving HTTP."""
+    return Health(status="ok")
+
+
+@get("/health/ready", sync_to_thread=False, opt={"public": True})
+def ready(request: Request[Any, Any, Any], state: State) -> Response[Health]:
+    """200 once the models and vector index are loaded; 503 with the reason until then."""
+    services: Services | None = getattr(state, "services", None)
+    if services is not None and services.ready:
+        return Response(Health(status="ready"), status_code=HTTP_200_OK)
+    principal = current_principal(request)
+    monitor = principal is not None and principal.may_monitor
+    detail = services.problem_told(monitor=monitor) if services is not None else None
+    return Response(
+        Health(status="failed" if detail else "starting", detail=detail),
+        status_code=HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": "5"},
+    )
+
+
+@get(
+    "/metrics",
+    media_type="text/plain; version=0.0.4",
+    sync_to_thread=False,
+    opt={"monitoring": True},  # admins only: Prometheus scrapes with an admin's API key
+)
+def metrics_endpoint(state: State) -> Response[bytes]:
+    metrics: Metrics = state.services.metrics
+    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

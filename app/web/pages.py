@@ -1,0 +1,236 @@
+"""Server-rendered pages and the htmx partials they are made of."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.di import Provide
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, Parameter
+from litestar.response import Redirect, ServerSentEvent, Template
+from litestar.response.sse import ServerSentEventMessage
+from msgspec import Struct
+
+from app.auth.access import answer_audit, current_user_id, require_conversation
+from app.chat.citation_nav import citation_nav
+from app.chat.conversations import Message
+from app.chat.rendering import highlight_passage
+from app.chat.service import ChatService, DoneEvent, TokenEvent
+from app.documents.intake import read_files, submit_all
+from app.errors import AppError, NotFound
+from app.schemas import MAX_ROW_ID, RowId
+from app.state import Services
+from app.web.deps import provide_chat, provide_services
+from app.web.document_views import document_row_template
+from app.web.ui_context import (
+    cited_documents,
+    conversation_list_context,
+    library_context,
+    shell_context,
+    status_context,
+)
+from retrieval.store import DocumentGone
+
+log = logging.getLogger(__name__)
+
+
+class AskForm(Struct):
+    message: str = ""
+    conversation_id: str = ""
+
+
+OptionalRowId = Annotated[int | None, Parameter(ge=1, le=MAX_ROW_ID)]
+_ROW_ID = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() accepts '²'
+
+
+def form_row_id(raw: str) -> int | None:
+    """An optional id from a form field: empty is None, anything else must name a row."""
+    if not raw:
+        return None
+    if not _ROW_ID.fullmatch(raw) or not 1 <= int(raw) <= MAX_ROW_ID:
+        raise NotFound("no such conversation")
+    return int(raw)
+
+
+class Pages(Controller):
+    dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
+
+    @get("/")
+    async def home(self, services: Services) -> Template:
+        context = await asyncio.to_thread(shell_context, services, None)
+        return Template("chat.html", context=context)
+
+    @get("/c/{conversation_id:int}")
+    async def conversation(self, conversation_id: RowId, services: Services) -> Template:
+        context = await asyncio.to_thread(shell_context, services, conversation_id)
+        if context["conversation"] is None:
+            raise NotFound("no such conversation")
+        return Template("chat.html", context=context)
+
+    @get("/documents/{document_id:int}")
+    async def document(self, document_id: RowId) -> Redirect:
+        return Redirect(f"/documents/{document_id}/pages/1")
+
+    @get("/documents/{document_id:int}/pages/{page:int}")
+    async def document_page(
+        self,
+        document_id: RowId,
+        page: RowId,
+        services: Services,
+        chunk: OptionalRowId = None,
+        answer: OptionalRowId = None,
+    ) -> Template:
+        """The cited page, with the cited passage highlighted and scrolled into view; with
+        ``answer``, Previous/Next through that answer's other citations."""
+        document = await asyncio.to_thread(services.store.get_document, document_id)
+        text = await asyncio.to_thread(services.store.page_text, document_id, page)
+        if document is None or text is None:
+            raise NotFound("no such document page")
+        passage = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
+        if passage is not None and (passage.document_id, passage.page) != (document_id, page):
+            passage = None
+        body = highlight_passage(
+            text, passage.start if passage else None, passage.end if passage else None
+        )
+        nav = None
+        if answer is not None:
+            nav = await asyncio.to_thread(
+                citation_nav, services, answer, document_id, page, chunk if passage else None
+            )
+        return Template(
+            "document.html",
+            context={
+                "document": document,
+                "page": page,
+                "body": body,
+                "passage": passage,
+                "nav": nav,
+            },
+        )
+
+
+class Partials(Controller):
+    """htmx endpoints: each returns the same partial its page includes.
+
+    Only handlers that take ``chat`` wait for the generator; the rest work during start-up.
+    """
+
+    path = "/ui"
+    dependencies = {
+        "services": Provide(provide_services, sync_to_thread=False),
+        "chat": Provide(provide_chat, sync_to_thread=False),
+    }
+
+    @post("/ask", status_code=200)
+    async def ask(
+        self,
+        data: Annotated[AskForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+        chat: ChatService,
+        services: Services,
+    ) -> Template:
+        conversation_id = form_row_id(data.conversation_id)
+        await asyncio.to_thread(require_conversation, services.auth, conversation_id)
+        conversation, question = await asyncio.to_thread(
+            chat.ask, data.message, conversation_id, current_user_id()
+        )
+        return Template(
+            "_turn.html",
+            context={
+                "question": question,
+                "conversation": conversation,
+                "new_conversation": conversation_id is None,
+                **await asyncio.to_thread(conversation_list_context, services),
+            },
+            headers={"HX-Push-Url": f"/c/{conversation.id}"} if conversation_id is None else {},
+        )
+
+    @get("/answers/{question_id:int}/stream")
+    async def answer_stream(
+        self,
+        question_id: RowId,
+        chat: ChatService,
+        services: Services,
+        request: Request[Any, Any, Any],
+    ) -> ServerSentEvent:
+        question = await asyncio.to_thread(services.conversations.message, question_id)
+        if question is None or question.role != "user":
+            raise NotFound("no such question")
+        return ServerSentEvent(html_events(chat, question, request))
+
+    @post("/questions/{question_id:int}/stop", status_code=204)
+    async def stop_answer(self, question_id: RowId, chat: ChatService) -> None:
+        """The Stop button: the stream then ends with the partial answer, marked stopped."""
+        if not chat.stop(question_id):
+            raise NotFound("no answer to that question is being written")
+
+    @get("/messages/{message_id:int}/sources")
+    async def sources(self, message_id: RowId, services: Services) -> Template:
+        message = await asyncio.to_thread(services.conversations.message, message_id)
+        if message is None:
+            raise NotFound("no such message")
+        documents = await asyncio.to_thread(cited_documents, services, message)
+        return Template("_sources.html", context={"message": message, "documents": documents})
+
+    @post("/documents", status_code=200)
+    async def upload(self, request: Request[Any, Any, Any], services: Services) -> Template:
+        results = await submit_all(services, await read_files(request))
+        return Template("_upload_rows.html", context={"results": results})
+
+    @get("/documents/{document_id:int}/row")
+    async def document_row(self, document_id: RowId, services: Services) -> Template:
+        return await document_row_template(services, document_id, "_document_row.html")
+
+    @delete("/documents/{document_id:int}", status_code=200)
+    async def delete_document(self, document_id: RowId, services: Services) -> Response[str]:
+        try:
+            await asyncio.to_thread(services.library.delete, document_id)
+        except DocumentGone:
+            raise NotFound("no such document") from None
+        return Response("", headers={"HX-Trigger": "documents-changed"})
+
+    @get("/library")
+    async def library(self, services: Services) -> Template:
+        """The sidebar's collections with their document counts."""
+        context = await asyncio.to_thread(library_context, services)
+        return Template("_library.html", context=context)
+
+    @get("/status")
+    async def status(self, services: Services) -> Template:
+        return Template("_status.html", context={"status": status_context(services)})
+
+
+async def html_events(
+    chat: ChatService, question: Message, request: Request[Any, Any, Any]
+) -> AsyncIterator[ServerSentEventMessage]:
+    """Tokens as escaped HTML spans, then the finished message replacing the stream."""
+    templates = request.app.template_engine
+    assert templates is not None
+    try:
+        audit = answer_audit(request.app.state.services.auth)
+        async for event in chat.answer(question, on_stored=audit):
+            if isinstance(event, TokenEvent):
+                span = templates.get_template("_token.html").render(token=event.text)
+                yield ServerSentEventMessage(data=span, event="token")
+            elif isinstance(event, DoneEvent):
+                services = request.app.state.services
+                documents = await asyncio.to_thread(cited_documents, services, event.message)
+                html = templates.get_template("_answer_done.html").render(
+                    message=event.message, documents=documents
+                )
+                yield ServerSentEventMessage(data=html, event="done")
+    except AppError as exc:
+        html = templates.get_template("_error.html").render(
+            status=exc.status, title=exc.title, detail=exc.detail
+        )
+        yield ServerSentEventMessage(data=html, event="done")
+    except Exception:  # the response has started: say so in the page, never just hang up
+        log.exception("answer stream failed")
+        html = templates.get_template("_error.html").render(
+            status=500, title="Server error", detail="the answer failed; see the server log"
+        )
+        yield ServerSentEventMessage(data=html, event="done")

@@ -1,0 +1,103 @@
+"""What the desktop-style shell shows: sidebar, conversation groups, status bar."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from app.auth.access import readable_collections, readable_documents, visible_conversation_ids
+from app.auth.scope import current_access
+from app.chat.conversations import Conversation, Message
+from app.state import Services
+from retrieval.records import DocumentRecord
+
+CONVERSATION_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class ConversationGroup:
+    label: str
+    items: list[tuple[Conversation, bool]]  # (conversation, pinned)
+
+
+def group_conversations(
+    listing: list[tuple[Conversation, bool]], now: float | None = None
+) -> list[ConversationGroup]:
+    """Pinned first, then Today / Yesterday / Previous 7 days / Older by last activity,
+    in the server's local time; empty groups are left out."""
+    today = datetime.fromtimestamp(time.time() if now is None else now).date()
+    labels = ("Pinned", "Today", "Yesterday", "Previous 7 days", "Older")
+    groups: dict[str, list[tuple[Conversation, bool]]] = {label: [] for label in labels}
+    for conversation, pinned in listing:
+        label = "Pinned" if pinned else _age_label(today, conversation.updated_at)
+        groups[label].append((conversation, pinned))
+    return [ConversationGroup(label, items) for label, items in groups.items() if items]
+
+
+def _age_label(today: date, timestamp: float) -> str:
+    day = datetime.fromtimestamp(timestamp).date()
+    if day >= today:
+        return "Today"
+    if day == today - timedelta(days=1):
+        return "Yesterday"
+    return "Previous 7 days" if day >= today - timedelta(days=7) else "Older"
+
+
+def conversation_list_context(services: Services, query: str = "") -> dict[str, Any]:
+    only = visible_conversation_ids(services.auth)
+    listing = services.conversations.listing(query, CONVERSATION_LIMIT, only)
+    return {"groups": group_conversations(listing), "query": query}
+
+
+def cited_documents(services: Services, message: Message) -> dict[int, DocumentRecord]:
+    """The documents an answer cites that the caller may still read, by id (the inspector
+    shows their details; a citation of one it may no longer read is left out)."""
+    ids = sorted({c.document_id for c in message.citations})
+    found = [d for i in ids if (d := services.store.get_document(i)) is not None]
+    return {d.id: d for d in readable_documents(found)}
+
+
+def library_context(services: Services) -> dict[str, Any]:
+    return {"collections": readable_collections(services.store.collections())}
+
+
+def shell_context(services: Services, conversation_id: int | None) -> dict[str, Any]:
+    conversations = services.conversations
+    conversation = conversations.get(conversation_id) if conversation_id else None
+    return {
+        **library_context(services),
+        **conversation_list_context(services),
+        "conversation": conversation,
+        "pinned": conversations.is_pinned(conversation.id) if conversation else False,
+        "messages": conversations.messages(conversation.id) if conversation else [],
+        "status": status_context(services),
+    }
+
+
+def status_context(services: Services) -> dict[str, Any]:
+    retrieval = services.retrieval
+    models = services.loaded_models()
+    stats = [m.stats() for m in models]
+    return {
+        "ready": services.ready,
+        "problem": _problem_for_caller(services),
+        "model": ", ".join(m.name for m in models) or None,
+        "device": ", ".join(sorted({m.device for m in models})) or None,
+        "running": sum(s.running for s in stats),
+        "waiting": sum(s.waiting for s in stats),
+        "embedder": retrieval.embedder.model_id if retrieval else None,
+        "vectors": retrieval.worker.index.count if retrieval else 0,
+        "documents": sum(
+            c.document_count for c in readable_collections(services.store.collections())
+        ),
+        "queue": retrieval.worker.pending if retrieval else 0,
+    }
+
+
+def _problem_for_caller(services: Services) -> str | None:
+    """Why the service is not ready, as ``/health/ready`` tells the caller."""
+    access = current_access()
+    principal = access.principal if access is not None else None
+    return services.problem_told(monitor=principal is not None and principal.may_monitor)
