@@ -31,13 +31,13 @@ from app.config.retrieval import (
 from app.config.search_stages import batched, reranker
 from app.config.settings import Settings
 from app.metrics import Metrics
+from app.migrations import open_database
 from app.state import Retrieval, Services
 from llm.backend import FakeBackend
 from llm.engine.kv_disk import sweep_kv_leftovers
 from llm.models import sweep_partial_models
 from llm.params import ModelUnavailable
 from llm.registry import Alias, Registry
-from retrieval.db import Database
 from retrieval.disk import DiskWatch
 from retrieval.ingest import IngestWorker
 from retrieval.leftovers import sweep_data_leftovers
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 def open_services(settings: Settings) -> Services:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(settings.db_path)
+    db = open_database(settings.db_path)
     store = DocumentStore(db)
     services: Services = Services(
         settings=settings,

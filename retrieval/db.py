@@ -2,19 +2,22 @@
 
 WAL mode lets readers run while the writer commits; ``synchronous=FULL`` makes a
 committed transaction survive power loss, not just a killed process.
+
+Opening applies retrieval's own migrations; others who keep tables in the same file apply
+theirs with ``migrate`` (the app: ``app.migrations.open_database``).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import sqlite_utils
 
-from retrieval.migrations import apply_migrations
+from retrieval.migrations import MIGRATIONS, Migration, apply_migrations
 
 
 class Database:
@@ -25,8 +28,12 @@ class Database:
         self._writer = self._connect()
         self._writer_db = sqlite_utils.Database(self._writer)
         self._readers = threading.local()
+        self.migrate(MIGRATIONS)
+
+    def migrate(self, migrations: Iterable[Migration]) -> None:
+        """Apply those of ``migrations`` not applied yet, in order, each atomically."""
         with self._write_lock:
-            apply_migrations(self._writer_db)
+            apply_migrations(self._writer_db, migrations)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)

@@ -1,39 +1,87 @@
-"""Numbered schema migrations, applied in order once each (simonw/llm style)."""
+"""Numbered schema migrations, applied in order once each (simonw/llm style).
+
+Several owners keep their tables in one SQLite file: retrieval (these: collections,
+documents, pages, passages and their full-text index, vectors, the embedding cache,
+evaluation runs, flags), then the app's ``auth`` and ``chat`` packages, each with its own
+ordered :class:`Migrations` in its own ``migrations`` module, applied in that order
+(later owners' tables refer to earlier ones'). All are recorded in one ``_migrations``
+table, each under ``<owner>.<function name>``, so owners never collide.
+
+Releases up to 2026-12-01 kept every owner's migrations in this module, in one list, and
+recorded bare names (``m002_conversations``). Those migrations keep their numbers, and
+each names its old record in ``was``: a database that recorded it never runs it again.
+A migration that once created two owners' tables (``m008_accounts``) is now two, one per
+owner, both with that old name. New migrations take the next number of their owner's list
+and have no ``was``.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import sqlite_utils
 
-Migration = Callable[[sqlite_utils.Database], None]
-MIGRATIONS: list[Migration] = []
+MigrationFn = Callable[[sqlite_utils.Database], None]
 
 
-def migration(fn: Migration) -> Migration:
-    MIGRATIONS.append(fn)
-    return fn
+@dataclass(frozen=True)
+class Migration:
+    """A schema change, recorded in ``_migrations`` as ``name`` once applied. ``was``: names
+    it was recorded under by earlier releases; any of them recorded counts as applied."""
+
+    name: str
+    apply: MigrationFn
+    was: tuple[str, ...] = ()
+
+    def applied(self, recorded: set[str]) -> bool:
+        return self.name in recorded or any(old in recorded for old in self.was)
 
 
-def apply_migrations(db: sqlite_utils.Database, migrations: list[Migration] | None = None) -> None:
+class Migrations(list[Migration]):
+    """One owner's migrations, in the order they apply; ``@MIGRATIONS.add()`` adds one."""
+
+    def __init__(self, owner: str) -> None:
+        super().__init__()
+        self.owner = owner
+
+    def add(self, *, was: str | None = None) -> Callable[[MigrationFn], MigrationFn]:
+        def register(fn: MigrationFn) -> MigrationFn:
+            name = f"{self.owner}.{fn.__name__}"
+            assert all(m.name != name for m in self), f"two migrations named {name}"
+            self.append(Migration(name, fn, (was,) if was else ()))
+            return fn
+
+        return register
+
+
+MIGRATIONS = Migrations("retrieval")
+
+
+def apply_migrations(
+    db: sqlite_utils.Database, migrations: Iterable[Migration] = MIGRATIONS
+) -> None:
+    """Apply, in order, those of ``migrations`` not recorded yet (by name or an old name)."""
     db.table("_migrations").create(
         {"name": str, "applied_at": float}, pk="name", if_not_exists=True
     )
-    applied = {row["name"] for row in db.table("_migrations").rows}
-    for fn in migrations or MIGRATIONS:
-        if fn.__name__ not in applied:
-            _apply_atomically(db, fn)
+    recorded = {row["name"] for row in db.table("_migrations").rows}
+    for migration in migrations:
+        if not migration.applied(recorded):
+            _apply_atomically(db, migration)
+            recorded.add(migration.name)
 
 
-def _apply_atomically(db: sqlite_utils.Database, fn: Migration) -> None:
+def _apply_atomically(db: sqlite_utils.Database, migration: Migration) -> None:
     """The schema change and its record commit together: a crash leaves neither."""
     conn = db.conn
     conn.execute("BEGIN")
     try:
-        fn(db)
+        migration.apply(db)
         conn.execute(
-            "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", [fn.__name__, time.time()]
+            "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
+            [migration.name, time.time()],
         )
         conn.execute("COMMIT")
     except BaseException:
@@ -42,7 +90,7 @@ def _apply_atomically(db: sqlite_utils.Database, fn: Migration) -> None:
         raise
 
 
-@migration
+@MIGRATIONS.add(was="m001_documents")
 def m001_documents(db: sqlite_utils.Database) -> None:
     db.table("collections").create(
         {"id": int, "name": str, "created_at": float}, pk="id", not_null={"name"}
@@ -107,59 +155,13 @@ def m001_documents(db: sqlite_utils.Database) -> None:
     db.table("embeddings").create_index(["model_id"])
 
 
-@migration
-def m002_conversations(db: sqlite_utils.Database) -> None:
-    db.table("conversations").create(
-        {"id": int, "title": str, "created_at": float, "updated_at": float}, pk="id"
-    )
-    db.execute(
-        """
-        CREATE TABLE messages (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-            role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
-            content TEXT NOT NULL,
-            citations TEXT NOT NULL DEFAULT '[]',
-            created_at REAL NOT NULL
-        )
-        """
-    )
-    db.table("messages").create_index(["conversation_id"])
-
-
-@migration
+@MIGRATIONS.add(was="m003_flags")
 def m003_flags(db: sqlite_utils.Database) -> None:
     """One-off facts about this deployment, such as 'the samples were loaded once'."""
     db.table("flags").create({"name": str, "set_at": float}, pk="name")
 
 
-@migration
-def m004_message_replies(db: sqlite_utils.Database) -> None:
-    """An answer names the question it answers, so a late or repeated stream finds its own."""
-    db.execute("ALTER TABLE messages ADD COLUMN reply_to INTEGER REFERENCES messages(id)")
-    # Earlier answers: each belongs to the nearest unanswered question before it.
-    pending: dict[int, int] = {}  # conversation -> its latest unanswered question
-    for message_id, conversation_id, role in db.execute(
-        "SELECT id, conversation_id, role FROM messages ORDER BY id"
-    ).fetchall():
-        if role == "user":
-            pending[conversation_id] = message_id
-        elif (question := pending.pop(conversation_id, None)) is not None:
-            db.execute("UPDATE messages SET reply_to = ? WHERE id = ?", [question, message_id])
-    db.execute(
-        "CREATE UNIQUE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL"
-    )
-
-
-@migration
-def m005_message_context(db: sqlite_utils.Database) -> None:
-    """What the model was shown and said for an answer: the sources listed with that turn
-    (JSON) and its exact generated text, so the next turn's prompt repeats them verbatim
-    and its KV-cache prefix matches."""
-    db.execute("ALTER TABLE messages ADD COLUMN context TEXT")
-
-
-@migration
+@MIGRATIONS.add(was="m006_chunks_fts")
 def m006_chunks_fts(db: sqlite_utils.Database) -> None:
     """Full-text index of passages for BM25 (FTS5): document title, heading and text.
 
@@ -202,99 +204,7 @@ def m006_chunks_fts(db: sqlite_utils.Database) -> None:
     )
 
 
-@migration
-def m007_ui_conversation_pins(db: sqlite_utils.Database) -> None:
-    """Conversations pinned to the top of the sidebar (a table, so rows read as before)."""
-    db.execute(
-        """
-        CREATE TABLE conversation_pins (
-            conversation_id INTEGER PRIMARY KEY
-                REFERENCES conversations(id) ON DELETE CASCADE,
-            pinned_at REAL NOT NULL
-        )
-        """
-    )
-
-
-@migration
-def m008_accounts(db: sqlite_utils.Database) -> None:
-    """Users, browser sessions, API keys, collection membership and the answer audit.
-
-    Secrets are never stored: sessions and keys by their SHA-256, passwords as argon2
-    hashes. Conversations get an owner (their own table, so ``conversations`` rows keep their
-    shape); those from before accounts have none and are admins' only.
-    """
-    db.execute(
-        """CREATE TABLE users (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            name TEXT NOT NULL UNIQUE COLLATE NOCASE,
-            role TEXT NOT NULL CHECK (role IN ('admin', 'staff')),
-            password_hash TEXT NOT NULL,
-            disabled INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL
-        )"""
-    )
-    db.execute(
-        """CREATE TABLE sessions (
-            token_hash TEXT PRIMARY KEY,
-            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
-            csrf_token TEXT NOT NULL,
-            created_at REAL NOT NULL,
-            expires_at REAL NOT NULL
-        )"""
-    )
-    db.table("sessions").create_index(["user_id"])
-    db.execute(
-        """CREATE TABLE api_keys (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
-            name TEXT NOT NULL,
-            prefix TEXT NOT NULL UNIQUE,
-            key_hash TEXT NOT NULL,
-            read_only INTEGER NOT NULL DEFAULT 0,
-            scoped INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL,
-            last_used_at REAL,
-            revoked_at REAL
-        )"""
-    )
-    db.execute(
-        """CREATE TABLE api_key_collections (
-            key_id INTEGER NOT NULL REFERENCES api_keys(id) ON DELETE CASCADE,
-            collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
-            PRIMARY KEY (key_id, collection_id)
-        )"""
-    )
-    db.execute(
-        """CREATE TABLE collection_members (
-            collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
-            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
-            can_write INTEGER NOT NULL DEFAULT 0,
-            PRIMARY KEY (collection_id, user_id)
-        )"""
-    )
-    db.execute(
-        # No foreign keys: the audit outlives the messages, users and keys it names.
-        """CREATE TABLE answer_sources (
-            message_id INTEGER NOT NULL,
-            chunk_id INTEGER NOT NULL,
-            document_id INTEGER NOT NULL,
-            user_id INTEGER,
-            key_id INTEGER,
-            shown_at REAL NOT NULL,
-            PRIMARY KEY (message_id, chunk_id)
-        )"""
-    )
-    db.execute(
-        """CREATE TABLE conversation_owners (
-            conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
-            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE
-        )"""
-    )
-    db.table("conversation_owners").create_index(["user_id"])
-
-
-@migration
+@MIGRATIONS.add(was="m009_eval_runs_and_embedding_cache")
 def m009_eval_runs_and_embedding_cache(db: sqlite_utils.Database) -> None:
     """Retrieval evaluation runs (``ragdesk eval``), and vectors by the text they embed.
 
@@ -331,33 +241,7 @@ def m009_eval_runs_and_embedding_cache(db: sqlite_utils.Database) -> None:
     )
 
 
-@migration
-def m010_api_answer_sources(db: sqlite_utils.Database) -> None:
-    """The answer audit for grounded ``/v1`` answers, which are not stored as messages:
-    the passages shown per request id (``chatcmpl-…``), and to whom."""
-    db.execute(
-        """CREATE TABLE api_answer_sources (
-            request_id TEXT NOT NULL,
-            chunk_id INTEGER NOT NULL,
-            document_id INTEGER NOT NULL,
-            user_id INTEGER,
-            key_id INTEGER,
-            shown_at REAL NOT NULL,
-            PRIMARY KEY (request_id, chunk_id)
-        )"""
-    )
-
-
-@migration
-def m011_session_last_seen(db: sqlite_utils.Database) -> None:
-    """When each browser session was last used, for the idle timeout. Sessions from before
-    count as used at the upgrade, so the upgrade itself signs nobody out mid-work (their
-    absolute lifetime still ends them)."""
-    db.execute("ALTER TABLE sessions ADD COLUMN last_seen_at REAL NOT NULL DEFAULT 0")
-    db.execute("UPDATE sessions SET last_seen_at = ?", [time.time()])
-
-
-@migration
+@MIGRATIONS.add(was="m012_embedding_cache_pruning")
 def m012_embedding_cache_pruning(db: sqlite_utils.Database) -> None:
     """What the embedding cache needs to be pruned: when each vector was last used, and
     which cached text each passage embeds.

@@ -98,11 +98,11 @@ class ServerProcess:
         from app.auth.passwords import generate_password
         from app.auth.service import open_auth
         from app.config.settings import Settings
-        from retrieval.db import Database
+        from app.migrations import open_database
 
         settings = Settings(data_dir=self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        db = Database(settings.db_path)
+        db = open_database(settings.db_path)
         try:
             auth = open_auth(settings, db)
             self.password = generate_password()

@@ -11,6 +11,7 @@ import pytest
 from app.chat.conversations import Conversations, Message
 from app.chat.service import NOTHING_FOUND, ChatConfig, ChatService, DoneEvent, TokenEvent
 from app.errors import NotFound, UnprocessableInput
+from app.migrations import migrate_all
 from llm.backend import FakeBackend
 from llm.params import Finished
 from llm.registry import Registry
@@ -29,6 +30,7 @@ def service(kit: Kit, generator: FakeBackend) -> ChatService:
         model="default", top_k=3, min_score=0.1, max_answer_tokens=50, temperature=0.0
     )
     models = Registry.single(generator, "default")
+    migrate_all(kit.db)  # a retrieval kit's database has retrieval's tables only
     return ChatService(
         Conversations(kit.db), Retriever(kit.embedder, index, kit.store), models, config
     )

@@ -1,4 +1,6 @@
-"""SQLite: WAL, one writer, numbered migrations applied once and atomically."""
+"""SQLite: WAL, one writer, numbered migrations applied once and atomically.
+
+How several owners' migrations share the file, and upgrades: tests/test_migrations.py."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 import sqlite_utils
 
 from retrieval.db import Database
-from retrieval.migrations import MIGRATIONS, apply_migrations
+from retrieval.migrations import MIGRATIONS, Migration, apply_migrations
 
 
 def test_schema_pragmas_and_migrations(tmp_path: Path) -> None:
@@ -18,7 +20,7 @@ def test_schema_pragmas_and_migrations(tmp_path: Path) -> None:
     reader = db.read()
     assert reader.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     applied = [row["name"] for row in reader.query("SELECT name FROM _migrations ORDER BY name")]
-    assert applied == sorted(fn.__name__ for fn in MIGRATIONS)
+    assert applied == sorted(m.name for m in MIGRATIONS)
     db.close()
     Database(tmp_path / "r.db").close()  # reopening applies nothing twice
 
@@ -32,7 +34,7 @@ def test_a_failing_migration_leaves_no_trace(tmp_path: Path) -> None:
         raise RuntimeError("power cut")
 
     with pytest.raises(RuntimeError):
-        apply_migrations(db, [m900_half_done])
+        apply_migrations(db, [Migration("test.m900_half_done", m900_half_done)])
     assert "half" not in db.table_names()
     assert [row["name"] for row in db.table("_migrations").rows] == []
 
@@ -47,23 +49,3 @@ def test_readers_use_their_own_connection_per_thread(tmp_path: Path) -> None:
     with db.write() as writer:
         writer.execute("INSERT INTO collections (name, created_at) VALUES ('x', 0)")
     assert seen[0].execute("SELECT COUNT(*) FROM collections").fetchone()[0] == 1
-
-
-def test_m004_links_existing_answers_to_their_questions(tmp_path: Path) -> None:
-    conn = sqlite3.connect(tmp_path / "old.db")
-    db = sqlite_utils.Database(conn)
-    before = [fn for fn in MIGRATIONS if fn.__name__ < "m004"]
-    apply_migrations(db, before)
-    conn.execute(
-        "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (1, 't', 0, 0)"
-    )
-    rows = [(1, "user"), (2, "assistant"), (3, "user"), (4, "user"), (5, "assistant")]
-    conn.executemany(
-        "INSERT INTO messages (id, conversation_id, role, content, created_at)"
-        " VALUES (?, 1, ?, '', 0)",
-        rows,
-    )
-    conn.commit()
-    apply_migrations(db)
-    links = dict(conn.execute("SELECT id, reply_to FROM messages ORDER BY id").fetchall())
-    assert links == {1: None, 2: 1, 3: None, 4: None, 5: 4}

@@ -265,7 +265,7 @@ def test_rows_from_before_the_migration_are_dated_by_when_they_were_stored(
     tmp_path: Path,
 ) -> None:
     db = sqlite_utils.Database(tmp_path / "old.db")
-    upto = next(i for i, fn in enumerate(MIGRATIONS) if fn.__name__.startswith("m012_"))
+    upto = next(i for i, m in enumerate(MIGRATIONS) if m.name.startswith("retrieval.m012_"))
     apply_migrations(db, MIGRATIONS[:upto])
     db.execute(
         "INSERT INTO embedding_cache (text_sha256, model_id, vector, created_at)"

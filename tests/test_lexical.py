@@ -123,7 +123,7 @@ def test_collection_filter(tmp_path: Path) -> None:
 def test_migration_indexes_chunks_stored_before_it(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "old.db")
     db = sqlite_utils.Database(conn)
-    before = [fn for fn in MIGRATIONS if fn.__name__ < "m006"]
+    before = [m for m in MIGRATIONS if m.name < "retrieval.m006"]
     apply_migrations(db, before)
     db.execute("INSERT INTO collections (name, created_at) VALUES ('default', 0)")
     db.execute(

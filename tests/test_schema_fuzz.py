@@ -22,7 +22,7 @@ from schemathesis.checks import not_a_server_error
 
 from app.auth.service import open_auth
 from app.factory import create_app
-from retrieval.db import Database
+from app.migrations import open_database
 from tests.conftest import fake_settings
 from tests.server import free_port
 
@@ -37,7 +37,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
         tmp_path_factory.mktemp("fuzz") / "data", allowed_hosts=["127.0.0.1"]
     )
     app_settings.data_dir.mkdir(parents=True)
-    db = Database(app_settings.db_path)
+    db = open_database(app_settings.db_path)
     try:
         auth = open_auth(app_settings, db)
         admin = auth.users.create("fuzzer", "fuzzer password 123", role="admin")

@@ -16,7 +16,7 @@ from app.auth.passwords import generate_password
 from app.auth.service import Auth, open_auth
 from app.auth.users import AccountError
 from app.config.settings import Settings
-from retrieval.db import Database
+from app.migrations import open_database
 from retrieval.store import DocumentStore
 
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     values = {"data_dir": args.data_dir} if args.data_dir else {}
     settings = Settings(**values)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(settings.db_path)
+    db = open_database(settings.db_path)
     try:
         auth, store = open_auth(settings, db), DocumentStore(db)
         handler = _USERS if args.command == "users" else _KEYS

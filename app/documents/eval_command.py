@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def run_eval(
     settings: Settings, golden: Path | None, *, collection: str | None, k: int, history: bool
 ) -> int:
-    from retrieval.db import Database
+    from app.migrations import open_database
     from retrieval.eval_runs import run_history
 
     if k < 1:
@@ -28,7 +28,7 @@ def run_eval(
     if not settings.db_path.exists():
         print(f"ragdesk eval: no Ragdesk database in {settings.data_dir}", file=sys.stderr)
         return 2
-    db = Database(settings.db_path)
+    db = open_database(settings.db_path)
     try:
         if golden is not None:
             status = _evaluate(settings, db, golden, collection=collection, k=k)

@@ -62,8 +62,8 @@ def run_ingest(
 ) -> int:
     """Ingest ``paths`` into ``collection``; returns the process exit status."""
     from app.config.retrieval import build_embedder, ingest_config, open_vector_index
+    from app.migrations import open_database
     from retrieval.bulk import BulkIngest, find_files
-    from retrieval.db import Database
     from retrieval.ingest import IngestWorker
     from retrieval.library import Library
     from retrieval.parsers.isolated import IsolatedParser
@@ -80,7 +80,7 @@ def run_ingest(
     # kill (SIGTERM) stops like Ctrl-C: the current batch's SQLite work is committed or not.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(settings.db_path)
+    db = open_database(settings.db_path)
     store = DocumentStore(db)
     library = Library(store, UploadFiles(settings.uploads_dir))
     collection_id = store.ensure_collection(collection)

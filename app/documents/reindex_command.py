@@ -18,7 +18,7 @@ from app.documents.ingest_command import INTERRUPTED, _raise_interrupt
 
 
 def run_reindex(settings: Settings, *, batch: int) -> int:
-    from retrieval.db import Database
+    from app.migrations import open_database
     from retrieval.reindex import reindex
     from retrieval.store import DocumentStore
 
@@ -29,7 +29,7 @@ def run_reindex(settings: Settings, *, batch: int) -> int:
         print(f"ragdesk reindex: no Ragdesk database in {settings.data_dir}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    db = Database(settings.db_path)
+    db = open_database(settings.db_path)
     started = time.monotonic()
     tty = sys.stderr.isatty()
 

@@ -1,0 +1,85 @@
+"""The tables of conversations: conversations, their messages (questions and answers,
+with what each answer was shown), pins and owners. Applied after retrieval's and auth's
+(owners are users); see ``retrieval.migrations``."""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from retrieval.migrations import Migrations
+
+MIGRATIONS = Migrations("chat")
+
+
+@MIGRATIONS.add(was="m002_conversations")
+def m002_conversations(db: sqlite_utils.Database) -> None:
+    db.table("conversations").create(
+        {"id": int, "title": str, "created_at": float, "updated_at": float}, pk="id"
+    )
+    db.execute(
+        """
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            content TEXT NOT NULL,
+            citations TEXT NOT NULL DEFAULT '[]',
+            created_at REAL NOT NULL
+        )
+        """
+    )
+    db.table("messages").create_index(["conversation_id"])
+
+
+@MIGRATIONS.add(was="m004_message_replies")
+def m004_message_replies(db: sqlite_utils.Database) -> None:
+    """An answer names the question it answers, so a late or repeated stream finds its own."""
+    db.execute("ALTER TABLE messages ADD COLUMN reply_to INTEGER REFERENCES messages(id)")
+    # Earlier answers: each belongs to the nearest unanswered question before it.
+    pending: dict[int, int] = {}  # conversation -> its latest unanswered question
+    for message_id, conversation_id, role in db.execute(
+        "SELECT id, conversation_id, role FROM messages ORDER BY id"
+    ).fetchall():
+        if role == "user":
+            pending[conversation_id] = message_id
+        elif (question := pending.pop(conversation_id, None)) is not None:
+            db.execute("UPDATE messages SET reply_to = ? WHERE id = ?", [question, message_id])
+    db.execute(
+        "CREATE UNIQUE INDEX messages_reply_to ON messages(reply_to) WHERE reply_to IS NOT NULL"
+    )
+
+
+@MIGRATIONS.add(was="m005_message_context")
+def m005_message_context(db: sqlite_utils.Database) -> None:
+    """What the model was shown and said for an answer: the sources listed with that turn
+    (JSON) and its exact generated text, so the next turn's prompt repeats them verbatim
+    and its KV-cache prefix matches."""
+    db.execute("ALTER TABLE messages ADD COLUMN context TEXT")
+
+
+@MIGRATIONS.add(was="m007_ui_conversation_pins")
+def m007_ui_conversation_pins(db: sqlite_utils.Database) -> None:
+    """Conversations pinned to the top of the sidebar (a table, so rows read as before)."""
+    db.execute(
+        """
+        CREATE TABLE conversation_pins (
+            conversation_id INTEGER PRIMARY KEY
+                REFERENCES conversations(id) ON DELETE CASCADE,
+            pinned_at REAL NOT NULL
+        )
+        """
+    )
+
+
+@MIGRATIONS.add(was="m008_accounts")
+def m008_conversation_owners(db: sqlite_utils.Database) -> None:
+    """Conversations get an owner, a user (their own table, so ``conversations`` rows keep
+    their shape); those from before accounts have none and are admins' only. Until owners
+    had their own migrations this was part of ``m008_accounts``, with auth's tables."""
+    db.execute(
+        """CREATE TABLE conversation_owners (
+            conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE
+        )"""
+    )
+    db.table("conversation_owners").create_index(["user_id"])
