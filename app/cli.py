@@ -96,7 +96,7 @@ def _owning(settings: Settings, holder: str) -> Iterator[None]:
     from retrieval.data_lock import DataDirBusy, exclusive
 
     try:
-        with exclusive(settings.data_dir, holder):
+        with exclusive(settings.server.data_dir, holder):
             yield
     except DataDirBusy as exc:
         print(f"ragdesk: {exc}", file=sys.stderr)
@@ -113,9 +113,9 @@ def _prepare(**overrides: Any) -> None:
     from retrieval.embedder import bundled_embedder_dir
 
     settings = _settings(**overrides)
-    if settings.generator_model is None:
+    if settings.generation.generator_model is None:
         print(f"generator: {bundled_generator_model(settings.models_dir)}")
-    if settings.embedder_model is None:
+    if settings.embedder.embedder_model is None:
         print(f"embedder: {bundled_embedder_dir()}")
     try:
         print(f"sampler guard: {build_guard()}")
@@ -129,21 +129,22 @@ def _serve(**overrides: Any) -> None:
     from app.factory import create_app
 
     settings = _settings(**overrides)
-    scheme = "https" if settings.tls_certfile else "http"
-    print(f"Ragdesk on {scheme}://{settings.host}:{settings.port} (data in {settings.data_dir})")
-    with _owning(settings, f"ragdesk serve on port {settings.port}"):
+    server = settings.server
+    scheme = "https" if server.tls_certfile else "http"
+    print(f"Ragdesk on {scheme}://{server.host}:{server.port} (data in {server.data_dir})")
+    with _owning(settings, f"ragdesk serve on port {server.port}"):
         uvicorn.run(
             create_app(settings),
-            host=settings.host,
-            port=settings.port,
+            host=server.host,
+            port=server.port,
             log_level="info",
             timeout_graceful_shutdown=10,
-            ssl_certfile=settings.tls_certfile,
-            ssl_keyfile=settings.tls_keyfile,
+            ssl_certfile=server.tls_certfile,
+            ssl_keyfile=server.tls_keyfile,
             # Forwarded client address and scheme only from the proxies named in the
             # settings (uvicorn would otherwise believe 127.0.0.1).
-            proxy_headers=bool(settings.trusted_proxies),
-            forwarded_allow_ips=settings.trusted_proxies or [],
+            proxy_headers=bool(server.trusted_proxies),
+            forwarded_allow_ips=server.trusted_proxies or [],
         )
 
 

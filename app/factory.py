@@ -122,7 +122,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         exception_handlers={Exception: _handle_error},
         after_request=_add_security_headers,
         before_send=[_add_hsts],
-        request_max_body_size=settings.max_upload_bytes,
+        request_max_body_size=settings.server.max_upload_bytes,
         multipart_form_part_limit=MAX_PARTS_PER_REQUEST,
         cors_config=_cors(settings),
         middleware=[DefineMiddleware(AllowedHosts, allowed=settings.served_hosts)],
@@ -131,10 +131,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
 def _cors(settings: Settings) -> CORSConfig | None:
     """Scripts on the listed origins may call the API with a key (never with cookies)."""
-    if not settings.cors_origins:
+    if not settings.server.cors_origins:
         return None
     return CORSConfig(
-        allow_origins=settings.cors_origins,
+        allow_origins=settings.server.cors_origins,
         allow_methods=["GET", "POST", "DELETE"],
         allow_headers=["Authorization", "Content-Type"],
         allow_credentials=False,

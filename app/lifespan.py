@@ -24,9 +24,7 @@ from app.chat.conversations import Conversations
 from app.chat.service import ChatConfig, ChatService
 from app.config.retrieval import (
     build_embedder,
-    ingest_config,
     open_vector_index,
-    search_config,
 )
 from app.config.search_stages import batched, reranker
 from app.config.settings import Settings
@@ -51,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 def open_services(settings: Settings) -> Services:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.server.data_dir.mkdir(parents=True, exist_ok=True)
     db = open_database(settings.db_path)
     store = DocumentStore(db)
     services: Services = Services(
@@ -62,16 +60,16 @@ def open_services(settings: Settings) -> Services:
         conversations=Conversations(db),
         collection_id=store.ensure_collection(),
         parser=IsolatedParser(
-            timeout_s=settings.parse_timeout_s,
-            memory_bytes=settings.parse_memory_mb << 20,
-            processes=settings.parse_processes,
+            timeout_s=settings.ingest.parse_timeout_s,
+            memory_bytes=settings.ingest.parse_memory_bytes,
+            processes=settings.ingest.parse_processes,
         ),
         metrics=Metrics(
             lambda: services.loaded_models(),
             lambda: services.retrieval.worker if services.retrieval is not None else None,
         ),
         auth=open_auth(settings, db),
-        disk=DiskWatch(settings.data_dir),
+        disk=DiskWatch(settings.server.data_dir),
     )
     ensure_first_admin(services.auth)
     _sweep_crash_leftovers(services)
@@ -96,7 +94,7 @@ def load_models(services: Services) -> None:
         services.load_errors.append(f"the embedder failed to load: {type(exc).__name__}: {exc}")
     try:
         services.models = build_registry(services.settings, services.metrics)
-        services.models.get(services.settings.chat_model)  # load the chat model now
+        services.models.get(services.settings.generation.chat_model)  # load the chat model now
         if services.retrieval is not None:
             services.chat = _load_chat(services, services.retrieval.retriever, services.models)
     except Exception as exc:
@@ -119,7 +117,7 @@ def _load_retrieval(services: Services) -> Retrieval:
         embedder,
         index,
         settings.index_dir,
-        ingest_config(settings),
+        settings.ingest.config(),
         parse=services.parser.parse,
     )
     requeued = services.store.requeue_without_vectors(embedder.model_id)
@@ -128,10 +126,10 @@ def _load_retrieval(services: Services) -> Retrieval:
     services.library.attach_worker(worker)
     # Only the very first start gets the samples: deleting them is respected. Submitting
     # twice (a crash before the flag) is harmless: identical content is deduplicated.
-    if settings.load_samples and not services.store.has_flag("samples_loaded"):
+    if settings.server.load_samples and not services.store.has_flag("samples_loaded"):
         _submit_samples(services, settings.samples_dir)
         services.store.set_flag("samples_loaded")
-    search = search_config(settings)
+    search = settings.search.config()
     # Scoped: every search served for a request sees only collections its principal may read.
     retriever = ScopedRetriever(embedder, index, services.store, search, reranker(settings))
     return Retrieval(embedder, retriever, worker)
@@ -144,32 +142,31 @@ def _load_chat(services: Services, retriever: Retriever, models: Registry) -> Ch
         retriever,
         models,
         ChatConfig(
-            model=settings.chat_model,
-            top_k=settings.top_k,
-            min_score=settings.min_score,
-            max_answer_tokens=settings.max_answer_tokens,
-            temperature=settings.temperature,
-            timeout_s=settings.request_timeout_s,
+            model=settings.generation.chat_model,
+            top_k=settings.search.top_k,
+            min_score=settings.search.min_score,
+            max_answer_tokens=settings.generation.max_answer_tokens,
+            temperature=settings.generation.temperature,
+            timeout_s=settings.generation.request_timeout_s,
         ),
     )
 
 
 def build_registry(settings: Settings, metrics: Metrics) -> Registry:
     """The configured models plus the default one, and their aliases."""
-    if settings.generator_backend == "fake":
+    if settings.generation.generator_backend == "fake":
         fake = FakeBackend(
-            context_tokens=settings.n_ctx,
-            token_delay_s=settings.fake_token_delay_s,
+            context_tokens=settings.generation.context_tokens,
+            token_delay_s=settings.generation.fake_token_delay_s,
             observer=metrics,
         )
         return Registry.single(fake, "default")
     from app.config.models import loaders_for  # imports llm.local; llama.cpp loads on use
 
     loaders, default_name = loaders_for(settings, metrics)
-    aliases = {name: Alias(weights) for name, weights in settings.model_aliases.items()}
+    aliases = {name: Alias(weights) for name, weights in settings.generation.model_aliases.items()}
     aliases.setdefault("default", Alias({default_name: 1}))
-    budget = settings.model_memory_mb << 20 if settings.model_memory_mb else None
-    return Registry(loaders, aliases, memory_budget_bytes=budget)
+    return Registry(loaders, aliases, memory_budget_bytes=settings.generation.model_memory_bytes)
 
 
 def _submit_samples(services: Services, samples_dir: Path) -> None:

@@ -69,7 +69,7 @@ class Services:
         if self.retrieval is not None and not self.retrieval.worker.alive:
             return "the ingestion worker has stopped; see the server log"
         if self.disk.full:
-            return f"the disk of {self.settings.data_dir} is full"
+            return f"the disk of {self.settings.server.data_dir} is full"
         return self.parser.problem
 
     @property

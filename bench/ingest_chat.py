@@ -174,7 +174,9 @@ def main() -> None:
 
     settings = Settings()
     inner = Counting(
-        SentenceTransformerEmbedder(bundled_embedder_dir(), batch_size=settings.embed_batch_size)
+        SentenceTransformerEmbedder(
+            bundled_embedder_dir(), batch_size=settings.embedder.embed_batch_size
+        )
     )
     all_threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
@@ -240,7 +242,7 @@ def run_mode(
     )
     lib.library.attach_worker(worker)
     measure(retriever, generator, "warm-up question", 1)
-    feeder = Feeder(lib, bulk, backlog=2 * settings.embed_ingest_batch)
+    feeder = Feeder(lib, bulk, backlog=2 * settings.embedder.embed_ingest_batch)
     if mode != "baseline":
         feeder.start()
         while not inner.bulk_texts:  # ingestion is under way: a slice has been embedded

@@ -52,7 +52,7 @@ class IngestConfig:
     max_batch_documents: int = 32
     # Documents parsed at once (the isolated parser runs as many child processes, two by
     # default); a collection holds at most all but one of them.
-    parse_slots: int = 2
+    parse_processes: int = 2
     embedding_cache: bool = True  # reuse vectors of texts embedded before (by content hash)
     # Cached vectors no live passage needs, kept up to this size (LRU); None = never prune.
     embedding_cache_max_bytes: int | None = 128 << 20
@@ -104,7 +104,7 @@ class IngestWorker:
         self._slots: ParseSlots[_Parsed] = ParseSlots(
             self._parse_safely,
             self._owner_of,
-            slots=config.parse_slots,
+            slots=config.parse_processes,
             backlog=config.max_batch_documents,
         )
         self._dirty = threading.Event()

@@ -169,7 +169,7 @@ def test_the_llm_reranker_takes_the_bundled_model_unless_told_otherwise(
     with pytest.raises(FileNotFoundError):
         reranker(Settings(data_dir=tmp_path, reranker_model=tmp_path / "absent.gguf"))
     monkeypatch.delenv("RAGDESK_RERANKER")
-    assert Settings(data_dir=tmp_path).reranker == "none"  # off by default
+    assert Settings(data_dir=tmp_path).search.reranker == "none"  # off by default
 
 
 def test_bulk_waits_while_the_server_is_busy_but_never_stalls() -> None:

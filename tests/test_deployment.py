@@ -75,4 +75,4 @@ def test_tls_needs_both_files(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="go together"):
         Settings(tls_certfile=tmp_path / "cert.pem")
     both = Settings(tls_certfile=tmp_path / "c.pem", tls_keyfile=tmp_path / "k.pem")
-    assert both.tls_keyfile == tmp_path / "k.pem"
+    assert both.server.tls_keyfile == tmp_path / "k.pem"

@@ -228,12 +228,12 @@ def test_the_server_on_a_mapped_index_ingests_deletes_at_once_and_restarts(
     """Every checkpoint mapped (RAGDESK_INDEX_MMAP_ABOVE_MB=0), through the HTTP API. One
     passage a document; layers are merged past 1.5× the base, so the two first documents
     end up in the base and a delete plus an upload stay layers, through a restart."""
-    import app.config.retrieval
+    from app.config.settings import IndexSettings
     from tests.conftest import fake_settings, signed_in, upload, wait_for, wait_indexed
 
-    spec_of = app.config.retrieval.index_spec
-    merging = lambda settings: replace(spec_of(settings), compact_ratio=1.5)  # noqa: E731
-    monkeypatch.setattr(app.config.retrieval, "index_spec", merging)
+    spec_of = IndexSettings.spec
+    merging = lambda section: replace(spec_of(section), compact_ratio=1.5)  # noqa: E731
+    monkeypatch.setattr(IndexSettings, "spec", merging)
     settings = fake_settings(tmp_path / "data", index_mmap_above_mb=0)
 
     def search(client: Any, query: str) -> set[int]:

@@ -120,7 +120,7 @@ def fresh(tmp_path: Path) -> Path:
 def release(tmp_path: Path) -> Settings:
     """A data directory holding the release's database."""
     settings = fake_settings(tmp_path / "data")
-    settings.data_dir.mkdir(parents=True)
+    settings.server.data_dir.mkdir(parents=True)
     shutil.copyfile(RELEASE, settings.db_path)
     return settings
 

@@ -36,7 +36,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     app_settings = fake_settings(
         tmp_path_factory.mktemp("fuzz") / "data", allowed_hosts=["127.0.0.1"]
     )
-    app_settings.data_dir.mkdir(parents=True)
+    app_settings.server.data_dir.mkdir(parents=True)
     db = open_database(app_settings.db_path)
     try:
         auth = open_auth(app_settings, db)

@@ -66,7 +66,7 @@ def _data_dir(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     values = {"data_dir": args.data_dir} if args.data_dir else {}
     settings = Settings(**values)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.server.data_dir.mkdir(parents=True, exist_ok=True)
     db = open_database(settings.db_path)
     try:
         auth, store = open_auth(settings, db), DocumentStore(db)

@@ -35,30 +35,30 @@ class Auth:
 
 
 def passwords_for(settings: Settings) -> Passwords:
+    auth = settings.auth
     return Passwords(
-        time_cost=settings.password_time_cost,
-        memory_kib=settings.password_memory_kib,
-        parallelism=settings.password_parallelism,
+        time_cost=auth.password_time_cost,
+        memory_kib=auth.password_memory_kib,
+        parallelism=auth.password_parallelism,
     )
 
 
 def open_auth(settings: Settings, db: Database) -> Auth:
+    auth = settings.auth
     return Auth(
         users=Users(db, passwords_for(settings)),
-        sessions=Sessions(db, settings.session_lifetime_s, settings.session_idle_s),
+        sessions=Sessions(db, auth.session_lifetime_s, auth.session_idle_s),
         keys=ApiKeys(db),
         members=Members(db),
         ownership=Ownership(db),
         audit=Audit(db),
-        buckets=TokenBuckets(settings.rate_limit_per_minute, settings.rate_limit_burst),
+        buckets=TokenBuckets(auth.rate_limit_per_minute, auth.rate_limit_burst),
         logins=LoginThrottle(
-            per_user=settings.login_max_failures_per_user,
-            per_address=settings.login_max_failures_per_address,
-            window_s=settings.login_failure_window_s,
+            per_user=auth.login_max_failures_per_user,
+            per_address=auth.login_max_failures_per_address,
+            window_s=auth.login_failure_window_s,
         ),
-        key_failures=KeyFailures(
-            settings.key_max_failures_per_address, settings.login_failure_window_s
-        ),
+        key_failures=KeyFailures(auth.key_max_failures_per_address, auth.login_failure_window_s),
     )
 
 

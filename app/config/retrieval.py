@@ -1,4 +1,7 @@
-"""Retrieval objects configured from Settings, shared by the server and the CLI commands."""
+"""Retrieval objects built from Settings, shared by the server and the CLI commands.
+
+The plain configs come from their sections: ``settings.index.spec()``,
+``settings.ingest.config()``, ``settings.search.config()``."""
 
 from __future__ import annotations
 
@@ -11,41 +14,29 @@ from retrieval.embedder import (
     model_id,
 )
 from retrieval.index import FaissIndex
-from retrieval.index_types import IndexSpec
-from retrieval.ingest import IngestConfig
-from retrieval.search import SearchConfig
 from retrieval.store import DocumentStore
 from retrieval.vector_sync import SyncReport, open_index
 
 
-def index_spec(settings: Settings) -> IndexSpec:
-    return IndexSpec(
-        kind=settings.index_type,
-        ivf_threshold=settings.ivf_threshold,
-        nprobe=settings.ivf_nprobe,
-        use_gpu=settings.faiss_gpu,
-        mmap_above_mb=settings.index_mmap_above_mb,
-    )
-
-
 def build_embedder(settings: Settings) -> Embedder:
     """The configured embedder (heavy: loads the model)."""
-    if settings.embedder_backend == "fake":
+    backend = settings.embedder.embedder_backend
+    if backend == "fake":
         return HashingEmbedder()
-    model_dir = settings.embedder_model or bundled_embedder_dir()
-    if settings.embedder_backend in ("onnx", "onnx-int8"):
+    model_dir = settings.embedder.embedder_model or bundled_embedder_dir()
+    if backend in ("onnx", "onnx-int8"):
         from retrieval.onnx_embedder import OnnxEmbedder, export_onnx
 
-        quantize = settings.embedder_backend == "onnx-int8"
+        quantize = backend == "onnx-int8"
         # fp32 ONNX gives the PyTorch vectors (to ~1e-7), so the index stays valid
         variant = "onnx-int8" if quantize else "sentence-transformers"
-        out = settings.data_dir / "models" / f"{model_dir.name}-{settings.embedder_backend}"
+        out = settings.models_dir / f"{model_dir.name}-{backend}"
         return OnnxEmbedder(
             export_onnx(model_dir, out, quantize=quantize),
             model_id=model_id(model_dir, variant),
-            batch_size=settings.embed_batch_size,
+            batch_size=settings.embedder.embed_batch_size,
         )
-    return SentenceTransformerEmbedder(model_dir, batch_size=settings.embed_batch_size)
+    return SentenceTransformerEmbedder(model_dir, batch_size=settings.embedder.embed_batch_size)
 
 
 def open_vector_index(
@@ -58,28 +49,6 @@ def open_vector_index(
         store,
         model_id=embedder.model_id,
         dimension=embedder.dimension,
-        spec=index_spec(settings),
+        spec=settings.index.spec(),
         checkpoint=not read_only,
-    )
-
-
-def ingest_config(settings: Settings) -> IngestConfig:
-    return IngestConfig(
-        chunk_tokens=settings.chunk_tokens,
-        chunk_overlap_tokens=settings.chunk_overlap_tokens,
-        checkpoint_seconds=settings.index_checkpoint_seconds,
-        embedding_cache_max_bytes=settings.embedding_cache_max_mb << 20,
-        parse_slots=settings.parse_processes,  # one per parser process
-    )
-
-
-def search_config(settings: Settings) -> SearchConfig:
-    return SearchConfig(
-        mode=settings.retrieval_mode,
-        rrf_k=settings.rrf_k,
-        dense_weight=settings.dense_weight,
-        bm25_weight=settings.bm25_weight,
-        max_per_document=settings.max_hits_per_document,
-        expand_below_chars=settings.expand_below_chars,
-        rerank_candidates=settings.rerank_candidates,
     )

@@ -18,6 +18,8 @@ def batched(
         return embedder  # nothing to batch: tests and demos see the fake itself
     from retrieval.batching import BatchingEmbedder
 
+    embed = settings.embedder
+
     def set_threads(count: int) -> None:
         import torch
 
@@ -25,28 +27,28 @@ def batched(
 
     return BatchingEmbedder(
         embedder,
-        max_batch=settings.embed_batch_size,
-        bulk_batch=settings.embed_ingest_batch,
-        max_wait_ms=settings.embed_max_wait_ms,
+        max_batch=embed.embed_batch_size,
+        bulk_batch=embed.embed_ingest_batch,
+        max_wait_ms=embed.embed_max_wait_ms,
         set_threads=set_threads,
-        query_threads=settings.embed_query_threads,
-        bulk_threads=settings.embed_ingest_threads,
+        query_threads=embed.embed_query_threads,
+        bulk_threads=embed.embed_ingest_threads,
         busy=busy,
-        bulk_yield_s=settings.embed_ingest_yield_s,
+        bulk_yield_s=embed.embed_ingest_yield_s,
     )
 
 
 def reranker(settings: Settings) -> Reranker | None:
-    if settings.reranker == "none":
+    if settings.search.reranker == "none":
         return None
-    if settings.reranker == "llm":
+    if settings.search.reranker == "llm":
         from llm.models import bundled_generator_model
         from retrieval.llm_rerank import LlmReranker
 
-        model = settings.reranker_model or bundled_generator_model(settings.models_dir)
-        return LlmReranker(model, n_threads=settings.n_threads)
-    if settings.reranker_model is None:
+        model = settings.search.reranker_model or bundled_generator_model(settings.models_dir)
+        return LlmReranker(model, n_threads=settings.generation.n_threads)
+    if settings.search.reranker_model is None:
         raise ValueError("RAGDESK_RERANKER=cross-encoder needs RAGDESK_RERANKER_MODEL")
     from retrieval.rerank import CrossEncoderReranker
 
-    return CrossEncoderReranker(settings.reranker_model)
+    return CrossEncoderReranker(settings.search.reranker_model)

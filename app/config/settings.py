@@ -1,12 +1,37 @@
-"""The one typed Settings object. Every field is read from a ``RAGDESK_<NAME>`` variable."""
+"""The one typed Settings object, in sections; each field is read from ``RAGDESK_<NAME>``.
+
+Sections map onto one library config or one app feature. Where a library config object
+exists, the section's field names are the config's own (``IndexSettings.nprobe`` is
+``IndexSpec.nprobe``), so the config is built from the section's fields at once
+(``settings.index.spec()``), never copied field by field. The environment names stay flat
+and unchanged: a field whose name differs from its variable (``RAGDESK_IVF_NPROBE``) takes
+that name as its first validation alias, and that alias is also the flat keyword
+``Settings(ivf_nprobe=...)`` accepts.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from retrieval.index_types import IndexSpec
+from retrieval.ingest import IngestConfig
+from retrieval.search import SearchConfig
+
+if TYPE_CHECKING:
+    from llm.local import LocalModelConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,12 +55,37 @@ class ModelEntry(BaseModel):
         return self
 
 
-class Settings(BaseSettings):
-    """Runtime configuration; README.md lists every field with its default."""
+def _flat(env_name: str, field_name: str) -> AliasChoices:
+    """A field named after its library config's field, read from ``RAGDESK_<ENV_NAME>``
+    (and the flat keyword ``env_name``); the field's own name is accepted too."""
+    return AliasChoices(env_name, field_name)
 
-    model_config = SettingsConfigDict(env_prefix="RAGDESK_", extra="forbid", frozen=True)
 
-    # --- server -----------------------------------------------------------------------------
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def flat_names(cls) -> dict[str, str]:
+        """Flat (``RAGDESK_``) name -> field name, for every field of the section."""
+        return {flat_name(name, field): name for name, field in cls.model_fields.items()}
+
+    def _shared_with(self, config: type[Any]) -> dict[str, Any]:
+        """The section's values for the fields it shares (by name) with dataclass ``config``."""
+        wanted = {field.name for field in dataclasses.fields(config)}
+        return self.model_dump(include=wanted & set(type(self).model_fields))
+
+
+def flat_name(name: str, field: FieldInfo) -> str:
+    """The name of ``field`` in ``RAGDESK_<NAME>`` and in flat keywords."""
+    alias = field.validation_alias
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return name
+
+
+class ServerSettings(_Section):
+    """The HTTP server and its data directory."""
+
     host: str = Field("127.0.0.1", description="Interface the HTTP server binds to.")
     port: int = Field(8000, ge=1, le=65535, description="TCP port of the HTTP server.")
     data_dir: Path = Field(
@@ -48,8 +98,6 @@ class Settings(BaseSettings):
     load_samples: bool = Field(
         True, description="Index the bundled user guide and FAQ on the very first start."
     )
-
-    # --- accounts and access -----------------------------------------------------------------
     tls_certfile: Path | None = Field(
         None, description="PEM certificate: serve HTTPS (with tls_keyfile)."
     )
@@ -68,6 +116,17 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Other web origins whose scripts may call the API with a key; empty = none.",
     )
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSettings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile go together")
+        return self
+
+
+class AuthSettings(_Section):
+    """Accounts and access: sessions, password hashing, throttles, rate limits (app/auth)."""
+
     session_lifetime_s: float = Field(
         43200.0, ge=60, le=90 * 86400, description="How long a browser session lasts."
     )
@@ -109,7 +168,10 @@ class Settings(BaseSettings):
         120, ge=1, description="Requests a key or user may make at once before the rate applies."
     )
 
-    # --- retrieval --------------------------------------------------------------------------
+
+class EmbedderSettings(_Section):
+    """The embedding model and the batcher that shares its passes (retrieval/batching.py)."""
+
     embedder_backend: Literal["sentence-transformers", "onnx", "onnx-int8", "fake"] = Field(
         "sentence-transformers",
         description="'onnx' runs the same model on ONNX Runtime (exported on first use, same "
@@ -154,16 +216,21 @@ class Settings(BaseSettings):
         description="While a model is generating, each ingestion batch waits up to this long "
         "for it to finish, so answers do not share the CPU with ingestion (0 = never wait).",
     )
-    embedding_cache_max_mb: int = Field(
-        128,
-        ge=0,
-        description="Cached vectors that no passage needs now (deleted documents, models "
-        "used before a reindex) are kept up to this size, least recently used evicted "
-        "first; vectors of live passages are always kept (0 = keep none).",
-    )
+
+
+class IngestSettings(_Section):
+    """Ingestion: chunking, the sandboxed parsers, checkpoints, the embedding cache
+    (retrieval.ingest.IngestConfig)."""
+
     chunk_tokens: int = Field(200, ge=16, le=2048, description="Largest chunk, in embedder tokens.")
     chunk_overlap_tokens: int = Field(
         40, ge=0, le=512, description="Tokens repeated between neighbouring chunks."
+    )
+    checkpoint_seconds: float = Field(
+        5.0,
+        ge=0.0,
+        validation_alias=_flat("index_checkpoint_seconds", "checkpoint_seconds"),
+        description="Quiet period after ingestion before the FAISS file is saved.",
     )
     parse_timeout_s: float = Field(
         120.0, gt=0, le=3600, description="Time budget to parse one document; then it fails."
@@ -180,6 +247,33 @@ class Settings(BaseSettings):
         description="Documents parsed at once, each in its own sandboxed process, taken in "
         "turn from each collection: one collection's slow file never holds up the others.",
     )
+    embedding_cache_max_mb: int = Field(
+        128,
+        ge=0,
+        description="Cached vectors that no passage needs now (deleted documents, models "
+        "used before a reindex) are kept up to this size, least recently used evicted "
+        "first; vectors of live passages are always kept (0 = keep none).",
+    )
+
+    @property
+    def embedding_cache_max_bytes(self) -> int:
+        return self.embedding_cache_max_mb << 20
+
+    @property
+    def parse_memory_bytes(self) -> int:
+        return self.parse_memory_mb << 20
+
+    def config(self) -> IngestConfig:
+        """The ingest worker's config (``parse_processes``: one slot per parser process)."""
+        return IngestConfig(
+            **self._shared_with(IngestConfig),
+            embedding_cache_max_bytes=self.embedding_cache_max_bytes,
+        )
+
+
+class SearchSettings(_Section):
+    """What a question retrieves: fusion, limits, the reranker (retrieval.search.SearchConfig)."""
+
     top_k: int = Field(4, ge=1, le=50, description="Sources retrieved for each question.")
     min_score: float = Field(
         0.25,
@@ -187,8 +281,9 @@ class Settings(BaseSettings):
         le=1.0,
         description="Cosine similarity below which a hit is not relevant enough to cite.",
     )
-    retrieval_mode: Literal["hybrid", "dense", "bm25"] = Field(
+    mode: Literal["hybrid", "dense", "bm25"] = Field(
         "hybrid",
+        validation_alias=_flat("retrieval_mode", "mode"),
         description="hybrid fuses vector (dense) and full-text (BM25) search; or one alone.",
     )
     rrf_k: float = Field(
@@ -200,8 +295,12 @@ class Settings(BaseSettings):
     bm25_weight: float = Field(
         1.0, ge=0, le=10, description="Weight of the BM25 ranking in hybrid fusion."
     )
-    max_hits_per_document: int = Field(
-        2, ge=0, le=50, description="Most sources from one document per question (0 = no limit)."
+    max_per_document: int = Field(
+        2,
+        ge=0,
+        le=50,
+        validation_alias=_flat("max_hits_per_document", "max_per_document"),
+        description="Most sources from one document per question (0 = no limit).",
     )
     expand_below_chars: int = Field(
         0,
@@ -223,31 +322,50 @@ class Settings(BaseSettings):
     rerank_candidates: int = Field(
         20, ge=1, le=200, description="Fused candidates the reranker reorders."
     )
-    index_checkpoint_seconds: float = Field(
-        5.0, ge=0.0, description="Quiet period after ingestion before the FAISS file is saved."
-    )
-    index_type: Literal["auto", "flat", "ivf"] = Field(
+
+    def config(self) -> SearchConfig:
+        return SearchConfig(**self._shared_with(SearchConfig))
+
+
+class IndexSettings(_Section):
+    """The FAISS index structure (retrieval.index_types.IndexSpec)."""
+
+    kind: Literal["auto", "flat", "ivf"] = Field(
         "auto",
+        validation_alias=_flat("index_type", "kind"),
         description="FAISS structure: 'flat' is exact; 'ivf' clusters vectors and searches "
         "the nearest lists; 'auto' is flat below ivf_threshold vectors, IVF from there.",
     )
     ivf_threshold: int = Field(
         50_000, ge=1000, description="Vectors from which 'auto' builds an IVF index."
     )
-    ivf_nprobe: int = Field(
-        64, ge=1, le=65536, description="IVF lists a query visits (more: better recall, slower)."
+    nprobe: int = Field(
+        64,
+        ge=1,
+        le=65536,
+        validation_alias=_flat("ivf_nprobe", "nprobe"),
+        description="IVF lists a query visits (more: better recall, slower).",
     )
-    faiss_gpu: bool = Field(
-        True, description="Search on the GPUs when FAISS reports any (faiss-gpu build)."
+    use_gpu: bool = Field(
+        True,
+        validation_alias=_flat("faiss_gpu", "use_gpu"),
+        description="Search on the GPUs when FAISS reports any (faiss-gpu build).",
     )
-    index_mmap_above_mb: float = Field(
+    mmap_above_mb: float = Field(
         512.0,
         ge=0,
+        validation_alias=_flat("index_mmap_above_mb", "mmap_above_mb"),
         description="Search FAISS checkpoints of this size or more memory-mapped from disk "
         "instead of loading them into memory (0: always).",
     )
 
-    # --- generation -------------------------------------------------------------------------
+    def spec(self) -> IndexSpec:
+        return IndexSpec(**self._shared_with(IndexSpec))
+
+
+class GenerationSettings(_Section):
+    """Models and how they generate (llm.local.LocalModelConfig, the registry, chat)."""
+
     generator_backend: Literal["llama-cpp", "fake"] = Field(
         "llama-cpp", description="'fake' streams a canned grounded answer."
     )
@@ -271,17 +389,33 @@ class Settings(BaseSettings):
     model_memory_mb: int | None = Field(
         None, ge=1, description="Memory budget for loaded models; least recently used unload."
     )
-    n_ctx: int = Field(4096, ge=256, le=131072, description="Context of one request, in tokens.")
+    context_tokens: int = Field(
+        4096,
+        ge=256,
+        le=131072,
+        validation_alias=_flat("n_ctx", "context_tokens"),
+        description="Context of one request, in tokens.",
+    )
     parallel: int = Field(8, ge=1, le=64, description="Sequences decoded together per model.")
-    kv_cache_tokens: int | None = Field(
-        None, ge=256, description="KV cells shared by all sequences; unset = n_ctx * parallel / 2."
+    kv_cells: int | None = Field(
+        None,
+        ge=256,
+        validation_alias=_flat("kv_cache_tokens", "kv_cells"),
+        description="KV cells shared by all sequences; unset = n_ctx * parallel / 2.",
     )
     n_batch: int = Field(512, ge=32, le=8192, description="Most tokens in one llama_decode.")
-    prefill_chunk_tokens: int = Field(
-        512, ge=16, le=8192, description="Prompt tokens prefilled between two decode steps."
+    prefill_chunk: int = Field(
+        512,
+        ge=16,
+        le=8192,
+        validation_alias=_flat("prefill_chunk_tokens", "prefill_chunk"),
+        description="Prompt tokens prefilled between two decode steps.",
     )
-    max_waiting_requests: int = Field(
-        64, ge=1, description="Queued requests per model; beyond it 503 with Retry-After."
+    max_waiting: int = Field(
+        64,
+        ge=1,
+        validation_alias=_flat("max_waiting_requests", "max_waiting"),
+        description="Queued requests per model; beyond it 503 with Retry-After.",
     )
     max_waiting_tokens: int = Field(
         65536, ge=1, description="Queued prompt tokens per model; beyond it 503."
@@ -301,50 +435,175 @@ class Settings(BaseSettings):
         0, ge=-1, description="Layers offloaded to the GPU (-1 = all; 0 = CPU only)."
     )
     main_gpu: int = Field(0, ge=0, description="GPU that holds the model (or small tensors).")
-    tensor_split: list[float] = Field(
-        default_factory=list, description="Share of the model per GPU, e.g. [3, 1]; empty = auto."
+    tensor_split: tuple[float, ...] = Field(
+        (), description="Share of the model per GPU, e.g. [3, 1]; empty = auto."
     )
     flash_attn: Literal["auto", "on", "off"] = Field("auto", description="Flash attention.")
-    kv_type_k: KvType = Field("f16", description="KV cache type of keys (f16, q8_0, q4_0 ...).")
-    kv_type_v: KvType = Field("f16", description="KV cache type of values (quantised V needs FA).")
+    type_k: KvType = Field(
+        "f16",
+        validation_alias=_flat("kv_type_k", "type_k"),
+        description="KV cache type of keys (f16, q8_0, q4_0 ...).",
+    )
+    type_v: KvType = Field(
+        "f16",
+        validation_alias=_flat("kv_type_v", "type_v"),
+        description="KV cache type of values (quantised V needs FA).",
+    )
     n_threads: int | None = Field(
         None, ge=1, description="CPU threads for llama.cpp; unset = every CPU Ragdesk may use."
     )
     max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on chat answer tokens.")
     temperature: float = Field(0.2, ge=0.0, le=2.0, description="Chat sampling temperature.")
 
-    @model_validator(mode="after")
-    def _tls_pair(self) -> Settings:
-        if (self.tls_certfile is None) != (self.tls_keyfile is None):
-            raise ValueError("tls_certfile and tls_keyfile go together")
-        return self
+    @property
+    def kv_disk_bytes(self) -> int:
+        return self.kv_disk_mb << 20
+
+    @property
+    def model_memory_bytes(self) -> int | None:
+        return self.model_memory_mb << 20 if self.model_memory_mb else None
+
+    def local_config(self, name: str, path: Path, kv_dir: Path) -> LocalModelConfig:
+        """How to run the local GGUF model ``name``; its saved KV states go under ``kv_dir``."""
+        from llm.local import LocalModelConfig  # the engine's module: imported on use
+
+        return LocalModelConfig(
+            name=name,
+            path=path,
+            kv_disk_dir=kv_dir,
+            kv_disk_bytes=self.kv_disk_bytes,
+            **self._shared_with(LocalModelConfig),
+        )
+
+
+SECTIONS: dict[str, type[_Section]] = {
+    "server": ServerSettings,
+    "auth": AuthSettings,
+    "embedder": EmbedderSettings,
+    "ingest": IngestSettings,
+    "search": SearchSettings,
+    "index": IndexSettings,
+    "generation": GenerationSettings,
+}
+
+
+def flat_fields() -> Iterator[tuple[str, str, str, FieldInfo]]:
+    """(flat name, section, field name, field) of every setting, in section order."""
+    for section, model in SECTIONS.items():
+        for flat, name in model.flat_names().items():
+            yield flat, section, name, model.model_fields[name]
+
+
+FLAT: dict[str, tuple[str, str]] = {
+    flat: (section, name) for flat, section, name, _ in flat_fields()
+}
+assert len(FLAT) == sum(len(model.model_fields) for model in SECTIONS.values()), "a name twice"
+
+
+class FlatEnvSource(EnvSettingsSource):
+    """Reads ``RAGDESK_<NAME>`` for every field of every section (the names are flat,
+    as before sections); complex values (lists, dicts) are JSON, as pydantic-settings reads
+    them. Returns ``{section: {field: value}}``."""
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, dict[str, Any]] = {}
+        for flat, section, name, field in flat_fields():
+            raw = self.env_vars.get(self._apply_case_sensitive(self.env_prefix + flat))
+            if raw is None:
+                continue
+            try:
+                value = self.prepare_field_value(name, field, raw, False)
+            except ValueError as exc:
+                raise SettingsError(
+                    f'error parsing value for field "{flat}" from source "{type(self).__name__}"'
+                ) from exc
+            if value is not None:
+                values.setdefault(section, {})[name] = value
+        return values
+
+
+class Settings(BaseSettings):
+    """Runtime configuration in sections; README.md lists every field with its default.
+
+    Flat keywords still work and go to their section (``Settings(top_k=3)`` is
+    ``Settings(search={"top_k": 3})``); a flat keyword beats a nested one for the same field.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RAGDESK_", extra="forbid", frozen=True)
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    generation: GenerationSettings = Field(default_factory=GenerationSettings)
+
+    sections: ClassVar[dict[str, type[_Section]]] = SECTIONS
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, FlatEnvSource(settings_cls))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _route_flat_names(cls, data: Any) -> Any:
+        """Flat keys (``top_k``) into their section, under the section's field name."""
+        if not isinstance(data, dict):
+            return data
+        routed: dict[str, Any] = {}
+        flat: list[tuple[str, str, Any]] = []
+        for key, value in data.items():
+            if key in FLAT:
+                section, name = FLAT[key]
+                flat.append((section, name, value))
+            elif key in SECTIONS and isinstance(value, BaseModel):
+                routed[key] = value.model_dump(exclude_unset=True)
+            elif key in SECTIONS and isinstance(value, dict):
+                routed[key] = dict(value)
+            else:
+                routed[key] = value  # an unknown key: extra="forbid" reports it
+        for section, name, value in flat:
+            target = routed.setdefault(section, {})
+            if not isinstance(target, dict):
+                raise ValueError(f"{section} must be a mapping of its fields")
+            target[name] = value
+        return routed
 
     @property
     def served_hosts(self) -> list[str]:
         """``allowed_hosts`` plus the address the server binds to (unless it is 'any')."""
-        bind = f"[{self.host}]" if ":" in self.host else self.host
-        extra = [] if self.host in ("0.0.0.0", "::") else [bind]  # noqa: S104
-        return list(dict.fromkeys([*self.allowed_hosts, *extra]))
+        host = self.server.host
+        bind = f"[{host}]" if ":" in host else host
+        extra = [] if host in ("0.0.0.0", "::") else [bind]  # noqa: S104
+        return list(dict.fromkeys([*self.server.allowed_hosts, *extra]))
 
     @property
     def kv_dir(self) -> Path:
-        return self.data_dir / "kv"
+        return self.server.data_dir / "kv"
 
     @property
     def db_path(self) -> Path:
-        return self.data_dir / "ragdesk.db"
+        return self.server.data_dir / "ragdesk.db"
 
     @property
     def index_dir(self) -> Path:
-        return self.data_dir / "index"
+        return self.server.data_dir / "index"
 
     @property
     def uploads_dir(self) -> Path:
-        return self.data_dir / "uploads"
+        return self.server.data_dir / "uploads"
 
     @property
     def models_dir(self) -> Path:
-        return self.data_dir / "models"
+        return self.server.data_dir / "models"
 
     @property
     def samples_dir(self) -> Path:

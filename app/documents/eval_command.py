@@ -26,7 +26,7 @@ def run_eval(
         print("ragdesk eval: --k must be at least 1", file=sys.stderr)
         return 2
     if not settings.db_path.exists():
-        print(f"ragdesk eval: no Ragdesk database in {settings.data_dir}", file=sys.stderr)
+        print(f"ragdesk eval: no Ragdesk database in {settings.server.data_dir}", file=sys.stderr)
         return 2
     db = open_database(settings.db_path)
     try:
@@ -44,7 +44,7 @@ def run_eval(
 def _evaluate(
     settings: Settings, db: Database, golden: Path, *, collection: str | None, k: int
 ) -> int:
-    from app.config.retrieval import build_embedder, open_vector_index, search_config
+    from app.config.retrieval import build_embedder, open_vector_index
     from app.config.search_stages import reranker
     from retrieval.eval_runs import save_run
     from retrieval.evaluation import GoldenSetError, evaluate, load_golden
@@ -71,21 +71,21 @@ def _evaluate(
     # Read only: a running server owns the index files (its checkpoints may be layered
     # over a memory-mapped base that a checkpoint from here would delete).
     index, _ = open_vector_index(settings, store, embedder, read_only=True)
-    config = search_config(settings)
+    config = settings.search.config()
     report = evaluate(
         Retriever(embedder, index, store, config, reranker(settings)),
         store,
         questions,
         k=k,
         collection_ids=collection_ids,
-        min_score=settings.min_score if settings.retrieval_mode != "bm25" else None,
+        min_score=settings.search.min_score if settings.search.mode != "bm25" else None,
     )
     run_id = save_run(
         db,
         report,
         golden=golden,
         collection=collection,
-        mode=settings.retrieval_mode,
+        mode=settings.search.mode,
         model_id=embedder.model_id,
     )
     for result in report.results:

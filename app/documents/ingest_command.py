@@ -61,7 +61,7 @@ def run_ingest(
     settings: Settings, paths: list[Path], *, collection: str, batch_documents: int
 ) -> int:
     """Ingest ``paths`` into ``collection``; returns the process exit status."""
-    from app.config.retrieval import build_embedder, ingest_config, open_vector_index
+    from app.config.retrieval import build_embedder, open_vector_index
     from app.migrations import open_database
     from retrieval.bulk import BulkIngest, find_files
     from retrieval.ingest import IngestWorker
@@ -79,15 +79,15 @@ def run_ingest(
     display = ProgressDisplay(sys.stderr)
     # kill (SIGTERM) stops like Ctrl-C: the current batch's SQLite work is committed or not.
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.server.data_dir.mkdir(parents=True, exist_ok=True)
     db = open_database(settings.db_path)
     store = DocumentStore(db)
     library = Library(store, UploadFiles(settings.uploads_dir))
     collection_id = store.ensure_collection(collection)
     parser = IsolatedParser(
-        timeout_s=settings.parse_timeout_s,
-        memory_bytes=settings.parse_memory_mb << 20,
-        processes=settings.parse_processes,
+        timeout_s=settings.ingest.parse_timeout_s,
+        memory_bytes=settings.ingest.parse_memory_mb << 20,
+        processes=settings.ingest.parse_processes,
     )
     worker: IngestWorker | None = None
     try:
@@ -99,7 +99,7 @@ def run_ingest(
             embedder,
             index,
             settings.index_dir,
-            ingest_config(settings),  # its timer is unused: bulk checkpoints per batch
+            settings.ingest.config(),  # its timer is unused: bulk checkpoints per batch
             parse=parser.parse,
         )
         bulk = BulkIngest(
@@ -107,7 +107,7 @@ def run_ingest(
             worker,
             collection_id,
             batch_documents=batch_documents,
-            max_bytes=settings.max_upload_bytes,
+            max_bytes=settings.server.max_upload_bytes,
             listener=display,
         )
         display.expect(sum(1 for _ in find_files(paths)))

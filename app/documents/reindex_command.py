@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from app.config.retrieval import build_embedder, index_spec
+from app.config.retrieval import build_embedder
 from app.config.settings import Settings
 from app.documents.ingest_command import INTERRUPTED, _raise_interrupt
 
@@ -26,7 +26,9 @@ def run_reindex(settings: Settings, *, batch: int) -> int:
         print("ragdesk reindex: --batch must be at least 1", file=sys.stderr)
         return 2
     if not settings.db_path.exists():
-        print(f"ragdesk reindex: no Ragdesk database in {settings.data_dir}", file=sys.stderr)
+        print(
+            f"ragdesk reindex: no Ragdesk database in {settings.server.data_dir}", file=sys.stderr
+        )
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)
     db = open_database(settings.db_path)
@@ -45,7 +47,7 @@ def run_reindex(settings: Settings, *, batch: int) -> int:
             DocumentStore(db),
             embedder,
             settings.index_dir,
-            spec=index_spec(settings),
+            spec=settings.index.spec(),
             batch=batch,
             progress=progress,
         )

@@ -74,7 +74,7 @@ async def start(
 ) -> Started:
     models = services.require_models()
     settings = services.settings
-    deadline = time.monotonic() + settings.request_timeout_s
+    deadline = time.monotonic() + settings.generation.request_timeout_s
     args = (models, data, prompt_for, max_tokens, response_format)
     model, completion, strip = await asyncio.to_thread(_submit, *args, deadline)
     first = await completion.first()

@@ -35,8 +35,8 @@ class LoginForm(Struct):
 
 def session_cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
     settings: Settings = request.app.state.settings
-    secure = settings.cookie_secure == "always" or (
-        settings.cookie_secure == "auto" and request.url.scheme == "https"
+    secure = settings.auth.cookie_secure == "always" or (
+        settings.auth.cookie_secure == "auto" and request.url.scheme == "https"
     )
     return Cookie(
         key=COOKIE_NAME,

@@ -89,7 +89,7 @@ class CompletionsApi(Controller):
         """Continue ``prompt``. With ``stream``: server-sent ``token`` events, then ``done``
         (model, finish reason, usage) or ``error``."""
         models = services.require_models()
-        timeout = data.timeout_s or services.settings.request_timeout_s
+        timeout = data.timeout_s or services.settings.generation.request_timeout_s
         try:
             completion = await asyncio.to_thread(_submit, models, data, time.monotonic() + timeout)
             first = await completion.first()

@@ -79,7 +79,9 @@ def _keep_upload(services: Services, upload: UploadFile, data: bytes) -> Path:
         checked = Path(tmp) / name
         checked.write_bytes(data)
         _load(checked, name)
-    kept = services.settings.data_dir / "golden" / hashlib.sha256(data).hexdigest()[:16] / name
+    kept = (
+        services.settings.server.data_dir / "golden" / hashlib.sha256(data).hexdigest()[:16] / name
+    )
     kept.parent.mkdir(parents=True, exist_ok=True)
     kept.write_bytes(data)
     return kept
@@ -95,14 +97,14 @@ def _run(services: Services, golden: Path, form: FormMultiDict, k: int) -> int:
         questions,
         k=k,
         collection_ids=collection_ids,
-        min_score=settings.min_score if settings.retrieval_mode != "bm25" else None,
+        min_score=settings.search.min_score if settings.search.mode != "bm25" else None,
     )
     return save_run(
         services.db,
         report,
         golden=golden,
         collection=collection,
-        mode=settings.retrieval_mode,
+        mode=settings.search.mode,
         model_id=retrieval.embedder.model_id,
     )
 

@@ -28,9 +28,11 @@ BUNDLED_NAME = "all-MiniLM-L6-v2"
 def embedding_model_name(services: Services) -> str:
     """The name the embedder answers to: its directory, or the bundled model's name."""
     settings = services.settings
-    if settings.embedder_backend == "fake":
+    if settings.embedder.embedder_backend == "fake":
         return services.require_retrieval().embedder.model_id
-    return settings.embedder_model.name if settings.embedder_model else BUNDLED_NAME
+    return (
+        settings.embedder.embedder_model.name if settings.embedder.embedder_model else BUNDLED_NAME
+    )
 
 
 @post("/embeddings", status_code=200)
