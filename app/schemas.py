@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Annotated, Literal
 
 import msgspec
@@ -58,23 +58,15 @@ class SearchIn(msgspec.Struct, forbid_unknown_fields=True):
     k: Annotated[int, msgspec.Meta(ge=1, le=50)] = 5
 
 
-class HitOut(msgspec.Struct):
-    chunk_id: int
-    document_id: int
-    title: str
-    page: int
-    start: int
-    end: int
-    text: str
-    score: float
+class SearchOut(msgspec.Struct):
+    """Passages as retrieval returns them (``retrieval.types.Hit``: one passage shape from
+    the index to JSON), with scores rounded to 6 places."""
+
+    hits: list[Hit]
 
     @classmethod
-    def of(cls, hit: Hit) -> HitOut:
-        return cls(**{**asdict(hit), "score": round(hit.score, 6)})
-
-
-class SearchOut(msgspec.Struct):
-    hits: list[HitOut]
+    def of(cls, hits: list[Hit]) -> SearchOut:
+        return cls([replace(hit, score=round(hit.score, 6)) for hit in hits])
 
 
 class ChatIn(msgspec.Struct, forbid_unknown_fields=True):

@@ -5,13 +5,14 @@ They read the request's principal from ``app.auth.scope`` (set by the guard)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 from app.auth.principal import Principal
 from app.auth.resources import WriteForbidden
 from app.auth.scope import current_access
 from app.auth.service import Auth
-from app.chat.conversations import Message
+from app.chat.conversations import Citation, Message
 from app.errors import NotFound
 from retrieval.records import CollectionRecord, DocumentRecord
 
@@ -91,9 +92,31 @@ def answer_audit(auth: Auth) -> Callable[[Message], None] | None:
         return None
 
     def record(answer: Message) -> None:
-        try:
+        with _audit_failure_logged(f"answer {answer.id}"):
             auth.audit.record_answer(principal, answer)
-        except Exception:  # the answer has been given; a failed audit row must be seen
-            log.exception("could not record the sources of answer %d", answer.id)
 
     return record
+
+
+def request_audit(auth: Auth) -> Callable[[str, Sequence[Citation]], None]:
+    """What to call once a grounded ``/v1`` answer (stored nowhere) has its sources:
+    record the passages shown, under the response id, for this request's caller."""
+    principal = _principal()
+
+    def record(request_id: str, shown: Sequence[Citation]) -> None:
+        if principal is None:
+            return
+        with _audit_failure_logged(request_id):
+            pairs = [(c.chunk_id, c.document_id) for c in shown]
+            auth.audit.record_request(principal, request_id, pairs)
+
+    return record
+
+
+@contextmanager
+def _audit_failure_logged(what: str) -> Iterator[None]:
+    """The answer is given or under way: a failed audit row must be seen, never fatal."""
+    try:
+        yield
+    except Exception:
+        log.exception("could not record the sources of %s", what)

@@ -140,6 +140,16 @@ class ChatService:
             else:  # the client left: keep what was said, marked as cut short
                 self._save_stopped(question, progress.partial, progress)
 
+    def retrieve(self, question: str, collection_ids: frozenset[int] | None = None) -> list[Hit]:
+        """The passages a question is answered from (every door retrieves through here):
+        the top k over the collections given (None: the retriever's own scope), none below
+        the relevance floor."""
+        config = self.config
+        result = self.retriever.search(
+            question, config.top_k, min_score=config.min_score, collection_ids=collection_ids
+        )
+        return result.hits
+
     def is_answering(self, question_id: int) -> bool:
         """From the moment its answer starts (retrieval included) until it is stored."""
         return question_id in self._answering
@@ -170,13 +180,7 @@ class ChatService:
     async def _generate(
         self, question: Message, progress: _Progress
     ) -> AsyncGenerator[ChatEvent, None]:
-        hits = await asyncio.to_thread(
-            lambda: (
-                self.retriever.search(
-                    question.content, self.config.top_k, min_score=self.config.min_score
-                ).hits
-            )
-        )
+        hits = await asyncio.to_thread(self.retrieve, question.content)
         if not hits:
             yield TokenEvent(NOTHING_FOUND)
             yield DoneEvent(await self._save(question, NOTHING_FOUND, (), progress))

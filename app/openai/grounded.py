@@ -22,10 +22,8 @@ from litestar import MediaType, Request, Response
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
-from app.auth.access import readable_collections
-from app.auth.scope import current_access
+from app.auth.access import readable_collections, request_audit
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
-from app.chat.service import ChatService
 from app.openai.errors import OpenAIError, error_body
 from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
 from app.openai.schemas import (
@@ -136,11 +134,6 @@ class _Grounded:
         prompt = self.grounding.prompt
         return ChatPrompt(prompt.text, prompt.stop, strip_leading_space=True)
 
-    def listed(self) -> list[CitationOut]:
-        """Every source of this turn, as numbered in the prompt."""
-        assert self.grounding is not None
-        return [CitationOut.of(c) for c in self.grounding.listed()]
-
     def cite(self, text: str) -> tuple[str, list[CitationOut]]:
         """The answer with bare sentences attributed, and the sources it cites."""
         assert self.grounding is not None
@@ -157,7 +150,7 @@ async def grounded_completion(
     chat = services.require_chat()
     ids = await asyncio.to_thread(_collection_ids, services, data)
     question, history = _question_and_history(messages)
-    hits = await asyncio.to_thread(_search, chat, question, ids)
+    hits = await asyncio.to_thread(chat.retrieve, question, ids)
     if not hits:  # as chat does: no source, no model
         return _nothing_found(data)
     answer_tokens = data.max_completion_tokens or data.max_tokens or chat.config.max_answer_tokens
@@ -177,7 +170,8 @@ async def grounded_completion(
         response_format=data.response_format,
         prefix="chatcmpl",
     )
-    await asyncio.to_thread(_audit, services, started.id, grounding.listed())
+    assert grounding.grounding is not None  # start() built the prompt
+    await asyncio.to_thread(request_audit(services.auth), started.id, grounding.grounding.listed())
     if data.stream:
         usage = data.stream_options is not None and data.stream_options.include_usage
         return ServerSentEvent(_chunks(started, grounding, include_usage=usage))
@@ -189,25 +183,6 @@ async def grounded_completion(
         started.id, int(time.time()), done.model, [choice], usage_out(done.usage)
     )
     return Response(out, media_type=MediaType.JSON)
-
-
-def _search(chat: ChatService, question: str, ids: frozenset[int] | None) -> list[Hit]:
-    config = chat.config
-    result = chat.retriever.search(
-        question, config.top_k, min_score=config.min_score, collection_ids=ids
-    )
-    return result.hits
-
-
-def _audit(services: Services, request_id: str, shown: list[CitationOut]) -> None:
-    access = current_access()
-    if access is None or access.principal is None:
-        return
-    try:
-        pairs = [(c.chunk_id, c.document_id) for c in shown]
-        services.auth.audit.record_request(access.principal, request_id, pairs)
-    except Exception:  # the answer is under way; a failed audit row must be seen, not fatal
-        log.exception("could not record the sources of %s", request_id)
 
 
 def _nothing_found(data: ChatCompletionIn) -> Response[Any]:

@@ -31,7 +31,6 @@ from app.schemas import (
     ChatIn,
     DocumentList,
     DocumentOut,
-    HitOut,
     RowId,
     SearchIn,
     SearchOut,
@@ -105,7 +104,7 @@ class SearchApi(Controller):
     async def search(self, data: SearchIn, retrieval: Retrieval) -> SearchOut:
         query = clean_question(data.query)
         result = await asyncio.to_thread(retrieval.retriever.search, query, data.k)
-        return SearchOut([HitOut.of(hit) for hit in result.hits])
+        return SearchOut.of(result.hits)
 
 
 class ChatApi(Controller):
