@@ -4,7 +4,6 @@ the models once loaded, and whether it is ready. app/lifespan.py builds and tear
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -24,9 +23,6 @@ from retrieval.library import Library
 from retrieval.parsers.isolated import IsolatedParser
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
-
-log = logging.getLogger(__name__)
-
 
 # Load errors read "the <component> failed to load: …".
 LOADED_COMPONENTS = ("embedder", "generator")
