@@ -161,7 +161,7 @@ def _page_of_htmx(request: Request[Any, Any, Any]) -> str:
 
 
 def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """Every error outside ``/v1`` (which answers in OpenAI's shape: app/openai_errors.py)."""
+    """Every error outside ``/v1`` (which answers in OpenAI's shape: app/openai/errors.py)."""
     path = request.url.path
     status, title, detail, headers = _describe(as_disk_full(request, exc))
     if status == 401 and not path.startswith(("/api/", "/health", "/metrics")):

@@ -82,6 +82,7 @@ def test_a_checkpoint_on_a_full_disk_is_told_once_then_recovers(
     client: TestClient[Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     worker = client.app.state.services.require_retrieval().worker
+    worker.stop()  # checkpoints are driven by hand here, never by two threads at once
     index = worker.index
     real_save = index.save
     failing = True

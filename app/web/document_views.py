@@ -18,9 +18,7 @@ DOWNLOAD_TYPE = "application/octet-stream"
 async def document_row_template(services: Services, document_id: int, template: str) -> Template:
     """A document's row as it polls its status; a row that reaches its final state tells
     the sidebar and status bar to refresh."""
-    document = await asyncio.to_thread(services.store.get_document, document_id)
-    if document is None:
-        raise NotFound("no such document")
+    document = await _document(services, document_id)
     headers = {"HX-Trigger": "documents-changed"} if document.status.is_terminal else {}
     return Template(template, context={"document": document}, headers=headers)
 

@@ -117,14 +117,11 @@ def _open(path: Path) -> Guard:
     releasing, keeping = ctypes.CDLL(str(path)), ctypes.PyDLL(str(path))
     p, i32, size = ctypes.c_void_p, ctypes.c_int32, ctypes.c_size_t
     sampler = llama_cpp.llama_sampler_p_ctypes  # what llama_sampler_free and the rest take
-    text, err = ctypes.c_char_p, ctypes.c_char_p
+    text, flag = ctypes.c_char_p, ctypes.c_bool  # error buffers are char* too
     signatures: dict[str, tuple[list[Any], Any]] = {
-        "ragdesk_sample": ([sampler, sampler, p, i32, err, size], i32),
-        "ragdesk_init_grammar": ([p, text, text, err, size], sampler),
-        "ragdesk_tokenize": (
-            [p, ctypes.c_char_p, i32, p, i32, ctypes.c_bool, ctypes.c_bool, ctypes.c_char_p, size],
-            i32,
-        ),
+        "ragdesk_sample": ([sampler, sampler, p, i32, text, size], i32),
+        "ragdesk_init_grammar": ([p, text, text, text, size], sampler),
+        "ragdesk_tokenize": ([p, text, i32, p, i32, flag, flag, text, size], i32),
     }
     for library in (releasing, keeping):
         for name, (argtypes, restype) in signatures.items():
