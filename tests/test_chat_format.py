@@ -260,7 +260,7 @@ def test_a_hostile_template_fails_fast_in_bounded_memory(source: str) -> None:
 def test_python_running_out_of_stack_is_a_rendering_limit_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(template_sandbox, "MAX_CALL_DEPTH", 10**9)
+    monkeypatch.setattr(template_sandbox.environment, "MAX_CALL_DEPTH", 10**9)
     template = ChatTemplate(ATTACKS["recursive macro"], bos_token="", eos_token="")
     started = time.monotonic()
     with pytest.raises(ChatTemplateFailed, match="recursed too deeply"):

@@ -1,0 +1,145 @@
+"""The ``generation`` section: the models and how they generate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+
+from app.config.settings.section import Section, flat_alias
+
+if TYPE_CHECKING:
+    from llm.local import LocalModelConfig
+
+KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0"]
+
+
+class ModelEntry(BaseModel):
+    """A local GGUF file (``path``) or a remote OpenAI-compatible server (``url``)."""
+
+    model_config = {"extra": "forbid", "frozen": True}
+
+    path: Path | None = None
+    url: str | None = None
+    remote_model: str | None = None
+    api_key: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelEntry:
+        if (self.path is None) == (self.url is None):
+            raise ValueError("a model needs exactly one of 'path' or 'url'")
+        return self
+
+
+class GenerationSettings(Section):
+    """Models and how they generate (llm.local.LocalModelConfig, the registry, chat)."""
+
+    generator_backend: Literal["llama-cpp", "fake"] = Field(
+        "llama-cpp", description="'fake' streams a canned grounded answer."
+    )
+    fake_token_delay_s: float = Field(
+        0.0, ge=0.0, le=5.0, description="Pause per token of the 'fake' generator (demos, tests)."
+    )
+    generator_model: Path | None = Field(
+        None, description="GGUF file; unset = the bundled Gemma 3 270M (Q4_K_M)."
+    )
+    models: dict[str, ModelEntry] = Field(
+        default_factory=dict,
+        description='Extra models by name, as JSON: {"name": {"path": "x.gguf"}} or '
+        '{"name": {"url": "http://host:8080", "remote_model": "..."}}.',
+    )
+    model_aliases: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Alias -> {model: weight}, as JSON; 'default' is what chat uses. Weights "
+        "split traffic (canary); one conversation always gets the same model.",
+    )
+    chat_model: str = Field("default", description="Model or alias that answers chat questions.")
+    model_memory_mb: int | None = Field(
+        None, ge=1, description="Memory budget for loaded models; least recently used unload."
+    )
+    context_tokens: int = Field(
+        4096,
+        ge=256,
+        le=131072,
+        validation_alias=flat_alias("n_ctx", "context_tokens"),
+        description="Context of one request, in tokens.",
+    )
+    parallel: int = Field(8, ge=1, le=64, description="Sequences decoded together per model.")
+    kv_cells: int | None = Field(
+        None,
+        ge=256,
+        validation_alias=flat_alias("kv_cache_tokens", "kv_cells"),
+        description="KV cells shared by all sequences; unset = n_ctx * parallel / 2.",
+    )
+    n_batch: int = Field(512, ge=32, le=8192, description="Most tokens in one llama_decode.")
+    prefill_chunk: int = Field(
+        512,
+        ge=16,
+        le=8192,
+        validation_alias=flat_alias("prefill_chunk_tokens", "prefill_chunk"),
+        description="Prompt tokens prefilled between two decode steps.",
+    )
+    max_waiting: int = Field(
+        64,
+        ge=1,
+        validation_alias=flat_alias("max_waiting_requests", "max_waiting"),
+        description="Queued requests per model; beyond it 503 with Retry-After.",
+    )
+    max_waiting_tokens: int = Field(
+        65536, ge=1, description="Queued prompt tokens per model; beyond it 503."
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Deadline of one generation request, queueing included."
+    )
+    max_tokens_cap: int = Field(2048, ge=1, description="Largest max_tokens a request may get.")
+    batch_invariant: bool = Field(
+        False,
+        description="Pad decode batches so greedy output never depends on load (slower alone).",
+    )
+    kv_disk_mb: int = Field(
+        1024, ge=0, description="Disk budget for saved conversation KV state (0 = off)."
+    )
+    n_gpu_layers: int = Field(
+        0, ge=-1, description="Layers offloaded to the GPU (-1 = all; 0 = CPU only)."
+    )
+    main_gpu: int = Field(0, ge=0, description="GPU that holds the model (or small tensors).")
+    tensor_split: tuple[float, ...] = Field(
+        (), description="Share of the model per GPU, e.g. [3, 1]; empty = auto."
+    )
+    flash_attn: Literal["auto", "on", "off"] = Field("auto", description="Flash attention.")
+    type_k: KvType = Field(
+        "f16",
+        validation_alias=flat_alias("kv_type_k", "type_k"),
+        description="KV cache type of keys (f16, q8_0, q4_0 ...).",
+    )
+    type_v: KvType = Field(
+        "f16",
+        validation_alias=flat_alias("kv_type_v", "type_v"),
+        description="KV cache type of values (quantised V needs FA).",
+    )
+    n_threads: int | None = Field(
+        None, ge=1, description="CPU threads for llama.cpp; unset = every CPU Ragdesk may use."
+    )
+    max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on chat answer tokens.")
+    temperature: float = Field(0.2, ge=0.0, le=2.0, description="Chat sampling temperature.")
+
+    @property
+    def kv_disk_bytes(self) -> int:
+        return self.kv_disk_mb << 20
+
+    @property
+    def model_memory_bytes(self) -> int | None:
+        return self.model_memory_mb << 20 if self.model_memory_mb else None
+
+    def local_config(self, name: str, path: Path, kv_dir: Path) -> LocalModelConfig:
+        """How to run the local GGUF model ``name``; its saved KV states go under ``kv_dir``."""
+        from llm.local import LocalModelConfig  # the engine's module: imported on use
+
+        return LocalModelConfig(
+            name=name,
+            path=path,
+            kv_disk_dir=kv_dir,
+            kv_disk_bytes=self.kv_disk_bytes,
+            **self._shared_with(LocalModelConfig),
+        )

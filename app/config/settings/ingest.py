@@ -1,0 +1,61 @@
+"""The ``ingest`` section: chunking, parsing, checkpoints, the embedding cache."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from app.config.settings.section import Section, flat_alias
+from retrieval.ingest import IngestConfig
+
+
+class IngestSettings(Section):
+    """Ingestion: chunking, the sandboxed parsers, checkpoints, the embedding cache
+    (retrieval.ingest.IngestConfig)."""
+
+    chunk_tokens: int = Field(200, ge=16, le=2048, description="Largest chunk, in embedder tokens.")
+    chunk_overlap_tokens: int = Field(
+        40, ge=0, le=512, description="Tokens repeated between neighbouring chunks."
+    )
+    checkpoint_seconds: float = Field(
+        5.0,
+        ge=0.0,
+        validation_alias=flat_alias("index_checkpoint_seconds", "checkpoint_seconds"),
+        description="Quiet period after ingestion before the FAISS file is saved.",
+    )
+    parse_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="Time budget to parse one document; then it fails."
+    )
+    parse_memory_mb: int = Field(
+        2048,
+        ge=256,
+        description="Memory cap of each parser process (bombs fail, not the server).",
+    )
+    parse_processes: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Documents parsed at once, each in its own sandboxed process, taken in "
+        "turn from each collection: one collection's slow file never holds up the others.",
+    )
+    embedding_cache_max_mb: int = Field(
+        128,
+        ge=0,
+        description="Cached vectors that no passage needs now (deleted documents, models "
+        "used before a reindex) are kept up to this size, least recently used evicted "
+        "first; vectors of live passages are always kept (0 = keep none).",
+    )
+
+    @property
+    def embedding_cache_max_bytes(self) -> int:
+        return self.embedding_cache_max_mb << 20
+
+    @property
+    def parse_memory_bytes(self) -> int:
+        return self.parse_memory_mb << 20
+
+    def config(self) -> IngestConfig:
+        """The ingest worker's config (``parse_processes``: one slot per parser process)."""
+        return IngestConfig(
+            **self._shared_with(IngestConfig),
+            embedding_cache_max_bytes=self.embedding_cache_max_bytes,
+        )
