@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llm.channel import Completion
 from llm.chat_format import ChatTemplate, checked_chat_template
@@ -15,7 +16,11 @@ from llm.inert import Neutralizer
 from llm.params import BackendStats, CompletionRequest
 from llm.prompt import ChatTemplateFormat, CompletionFormat, PromptFormat
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 log = logging.getLogger(__name__)
+_Part = TypeVar("_Part", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -53,18 +58,14 @@ class LocalModel:
             config.context_tokens, config.context_tokens * config.parallel // 2
         )
         native = NativeModel(
-            NativeConfig(
+            _passed_on(
+                config,
+                NativeConfig,
                 model_path=config.path,
                 kv_cells=kv_cells,
                 n_seq_max=config.parallel + (1 if config.batch_invariant else 0),
                 n_batch=max(config.n_batch, config.prefill_chunk, config.parallel),
                 n_threads=config.n_threads or available_cpus(),
-                n_gpu_layers=config.n_gpu_layers,
-                main_gpu=config.main_gpu,
-                tensor_split=config.tensor_split,
-                flash_attn=config.flash_attn,
-                type_k=config.type_k,
-                type_v=config.type_v,
             )
         )
         disk = None
@@ -76,20 +77,7 @@ class LocalModel:
                 model_fingerprint=fingerprint,
             )
         self._disk = disk
-        self.engine = Engine(
-            native,
-            EngineConfig(
-                name=config.name,
-                context_tokens=config.context_tokens,
-                max_tokens_cap=config.max_tokens_cap,
-                prefill_chunk=config.prefill_chunk,
-                max_waiting=config.max_waiting,
-                max_waiting_tokens=config.max_waiting_tokens,
-                batch_invariant=config.batch_invariant,
-            ),
-            observer=observer,
-            disk=disk,
-        )
+        self.engine = Engine(native, _passed_on(config, EngineConfig), observer=observer, disk=disk)
         self.context_tokens = self.engine.context_tokens
         self.device = "GPU" if native.offloaded else "CPU"
         self.memory_bytes = native.model_bytes + kv_cells * _kv_bytes_per_cell(native)
@@ -123,6 +111,15 @@ class LocalModel:
         self.engine.close()
         if self._disk is not None:
             self._disk.close()
+
+
+def _passed_on(config: LocalModelConfig, target: type[_Part], **derived: Any) -> _Part:
+    """The part of ``config`` that ``target`` (``NativeConfig``, ``EngineConfig``) takes:
+    each of its fields that ``config`` has by the same name passes on as it is, and
+    ``derived`` gives the rest (and overrides, where the value is worked out)."""
+    own = {f.name for f in fields(config)}
+    passed = {f.name: getattr(config, f.name) for f in fields(target) if f.name in own}
+    return target(**{**passed, **derived})
 
 
 def _formats(native: object, name: str) -> tuple[PromptFormat, ChatTemplate | None]:

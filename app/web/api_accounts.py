@@ -34,8 +34,8 @@ from app.web.admin_pages import ADMIN
 from app.web.deps import provide_services
 
 
-def _user_out(user: User) -> UserOut:
-    return UserOut(user.id, user.name, user.role, user.disabled)
+def _user_fields(user: User) -> dict[str, Any]:
+    return {"id": user.id, "name": user.name, "role": user.role, "disabled": user.disabled}
 
 
 def _key_fields(key: ApiKey) -> dict[str, Any]:
@@ -54,15 +54,20 @@ def _key_fields(key: ApiKey) -> dict[str, Any]:
     }
 
 
-class UsersApi(Controller):
-    path = "/api/users"
+class _AccountsApi(Controller):
+    """What every accounts controller shares: admins only, with the services."""
+
     opt = ADMIN
     dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
+
+
+class UsersApi(_AccountsApi):
+    path = "/api/users"
 
     @get()
     async def list_users(self, services: Services) -> UserList:
         users = await asyncio.to_thread(services.auth.users.list)
-        return UserList([_user_out(u) for u in users])
+        return UserList([UserOut(**_user_fields(u)) for u in users])
 
     @post(status_code=HTTP_201_CREATED)
     async def create_user(self, data: UserIn, services: Services) -> UserCreated:
@@ -74,13 +79,11 @@ class UsersApi(Controller):
             )
         except AccountError as exc:
             raise UnprocessableInput(str(exc)) from None
-        return UserCreated(user.id, user.name, user.role, user.disabled, password)
+        return UserCreated(**_user_fields(user), password=password)
 
 
-class KeysApi(Controller):
+class KeysApi(_AccountsApi):
     path = "/api/keys"
-    opt = ADMIN
-    dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
 
     @get()
     async def list_keys(self, services: Services) -> KeyList:

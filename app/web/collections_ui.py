@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -66,62 +67,67 @@ def _sort_value(key: SortKey, document: DocumentRecord) -> Any:
     }[key](document)
 
 
-def document_table(
-    services: Services, collection_id: int, sort: SortKey, order: Order, query: str
-) -> dict[str, Any]:
+Query = Annotated[str, Parameter(max_length=200)]
+
+
+@dataclass(frozen=True)
+class TableView:
+    """How the document table is sorted and filtered: the same query parameters for the
+    collection page and for the table partial that its headers and filter reload."""
+
+    sort: SortKey
+    order: Order
+    query: str
+
+
+def provide_table_view(
+    sort: SortKey = SortKey.ADDED, order: Order = Order.DESC, q: Query = ""
+) -> TableView:
+    return TableView(sort, order, q.strip())
+
+
+def document_table(services: Services, collection_id: int, view: TableView) -> dict[str, Any]:
     collection = next((c for c in services.store.collections() if c.id == collection_id), None)
     if collection is None:
         raise NotFound("no such collection")
-    needle = query.casefold()
+    needle = view.query.casefold()
     documents = [
         d
         for d in services.store.list_documents(collection_id)
         if needle in f"{d.display_title}\n{d.filename}\n{d.kind.value}\n{d.status.value}".casefold()
     ]
-    documents.sort(key=lambda d: (_sort_value(sort, d), d.id), reverse=order is Order.DESC)
+    documents.sort(
+        key=lambda d: (_sort_value(view.sort, d), d.id), reverse=view.order is Order.DESC
+    )
     return {
         "collection": collection,
         "documents": documents,
         "columns": COLUMNS,
-        "sort": sort.value,
-        "order": order.value,
-        "query": query,
+        "sort": view.sort.value,
+        "order": view.order.value,
+        "query": view.query,
     }
 
 
-Query = Annotated[str, Parameter(max_length=200)]
-
-
 class CollectionsUi(Controller):
-    dependencies = {"services": Provide(provide_services, sync_to_thread=False)}
+    dependencies = {
+        "services": Provide(provide_services, sync_to_thread=False),
+        "view": Provide(provide_table_view, sync_to_thread=False),
+    }
 
     @get("/collections/{collection_id:int}")
     async def collection(
-        self,
-        collection_id: RowId,
-        services: Services,
-        sort: SortKey = SortKey.ADDED,
-        order: Order = Order.DESC,
-        q: Query = "",
+        self, collection_id: RowId, services: Services, view: TableView
     ) -> Template:
         def context() -> dict[str, Any]:
-            table = document_table(services, collection_id, sort, order, q.strip())
+            table = document_table(services, collection_id, view)
             return {**shell_context(services, None), **table}
 
         return Template("collection.html", context=await asyncio.to_thread(context))
 
     @get("/ui/collections/{collection_id:int}/documents")
-    async def table(
-        self,
-        collection_id: RowId,
-        services: Services,
-        sort: SortKey = SortKey.ADDED,
-        order: Order = Order.DESC,
-        q: Query = "",
-    ) -> Template:
-        context = await asyncio.to_thread(
-            document_table, services, collection_id, sort, order, q.strip()
-        )
+    async def table(self, collection_id: RowId, services: Services, view: TableView) -> Template:
+        context = await asyncio.to_thread(document_table, services, collection_id, view)
         return Template("_document_table.html", context=context)
 
     @get("/ui/documents/{document_id:int}/table-row")

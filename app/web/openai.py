@@ -9,7 +9,7 @@ before the response begins. ``openai_router`` is the one place to add guards (AP
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -33,6 +33,7 @@ from app.openai.schemas import (
     MessageOut,
     ModelList,
     ModelOut,
+    Sampling,
     TextChoice,
     TextCompletionOut,
 )
@@ -56,6 +57,23 @@ def _error_event(event: Finished) -> ServerSentEventMessage:
 
 
 _DONE = ServerSentEventMessage(data="[DONE]")
+
+
+async def _respond(
+    data: Sampling,
+    started: Started,
+    request: Request[Any, Any, Any],
+    chunks: Callable[[Started, bool], AsyncIterator[ServerSentEventMessage]],
+    whole: Callable[[Started, str, Finished], object],
+) -> Response[Any]:
+    """A started completion as the request asks for it: streamed as ``chunks`` (the last
+    one with the usage when ``stream_options.include_usage``), or collected and answered
+    at once as ``whole`` makes it of the text and the final event."""
+    if data.stream:
+        include_usage = data.stream_options is not None and data.stream_options.include_usage
+        return ServerSentEvent(chunks(started, include_usage))
+    text, done = await collect(started, request)
+    return Response(whole(started, text, done), media_type=MediaType.JSON)
 
 
 # --- routes -------------------------------------------------------------------------------------
@@ -99,19 +117,17 @@ async def chat_completions(
         response_format=data.response_format,
         prefix="chatcmpl",
     )
-    if data.stream:
-        usage = data.stream_options is not None and data.stream_options.include_usage
-        return ServerSentEvent(_chat_chunks(started, include_usage=usage))
-    text, done = await collect(started, request)
+    return await _respond(data, started, request, _chat_chunks, _chat_completion)
+
+
+def _chat_completion(started: Started, text: str, done: Finished) -> ChatCompletionOut:
     choice = ChatChoice(0, MessageOut(text), FINISH_REASONS[done.reason])
-    out = ChatCompletionOut(
-        started.id, int(time.time()), done.model, [choice], usage_out(done.usage)
-    )
-    return Response(out, media_type=MediaType.JSON)
+    created = int(time.time())
+    return ChatCompletionOut(started.id, created, done.model, [choice], usage_out(done.usage))
 
 
 async def _chat_chunks(
-    started: Started, *, include_usage: bool
+    started: Started, include_usage: bool
 ) -> AsyncIterator[ServerSentEventMessage]:
     created = int(time.time())
 
@@ -145,19 +161,17 @@ async def completions(
     started = await start(
         services, data, lambda _: prompt, max_tokens=data.max_tokens or 16, prefix="cmpl"
     )
-    if data.stream:
-        usage = data.stream_options is not None and data.stream_options.include_usage
-        return ServerSentEvent(_text_chunks(started, include_usage=usage))
-    text, done = await collect(started, request)
+    return await _respond(data, started, request, _text_chunks, _text_completion)
+
+
+def _text_completion(started: Started, text: str, done: Finished) -> TextCompletionOut:
     choice = TextChoice(0, text, FINISH_REASONS[done.reason])
-    out = TextCompletionOut(
-        started.id, int(time.time()), done.model, [choice], usage_out(done.usage)
-    )
-    return Response(out, media_type=MediaType.JSON)
+    created = int(time.time())
+    return TextCompletionOut(started.id, created, done.model, [choice], usage_out(done.usage))
 
 
 async def _text_chunks(
-    started: Started, *, include_usage: bool
+    started: Started, include_usage: bool
 ) -> AsyncIterator[ServerSentEventMessage]:
     created = int(time.time())
     async for event in started.events():
