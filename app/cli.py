@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from app.auth import cli as auth_commands
+from app.chat import models_cli as model_commands
 from app.config.settings import Settings
 
 
@@ -39,8 +40,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     evaluate.add_argument("--collection", help="search this collection only (default: all)")
     evaluate.add_argument("--k", type=int, default=5, help="passages retrieved per question")
     evaluate.add_argument("--history", action="store_true", help="list earlier runs")
+    evaluate.add_argument(
+        "--answers",
+        action="store_true",
+        help="score the answers chat gives (correctness, citations, abstention, time)",
+    )
+    evaluate.add_argument("--model", help="with --answers: the model to answer with")
     evaluate.add_argument("--data-dir", type=Path, help="database, index (default ./data)")
     auth_commands.add_commands(commands)
+    model_commands.add_commands(commands)
     reindex = commands.add_parser(
         "reindex", help="re-embed every passage into a new index, then switch to it"
     )
@@ -71,7 +79,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         from app.documents.eval_command import run_eval
 
         settings = _settings(data_dir=args.data_dir)
-        options = {"collection": args.collection, "k": args.k, "history": args.history}
+        options = {
+            "collection": args.collection,
+            "k": args.k,
+            "history": args.history,
+            "answers": args.answers,
+            "model": args.model,
+        }
         sys.exit(run_eval(settings, args.golden, **options))
     elif args.command == "reindex":
         from app.documents.reindex_command import run_reindex
@@ -82,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(status)
     elif args.command in ("users", "keys"):
         sys.exit(auth_commands.run(args))
+    elif args.command == "models":
+        sys.exit(model_commands.run(args))
 
 
 def _stay_offline() -> None:
@@ -109,12 +125,17 @@ def _settings(**overrides: Any) -> Settings:
 
 def _prepare(**overrides: Any) -> None:
     from llm.engine.guard import GuardUnavailable, build_guard
-    from llm.models import bundled_generator_model
+    from llm.models import ModelAssemblyError, bundled_model
     from retrieval.embedder import bundled_embedder_dir
 
     settings = _settings(**overrides)
     if settings.generation.generator_model is None:
-        print(f"generator: {bundled_generator_model(settings.models_dir)}")
+        try:
+            path = bundled_model(settings.models_dir, settings.generation.bundled_model)
+        except ModelAssemblyError as exc:
+            print(f"ragdesk prepare: {exc}", file=sys.stderr)
+            sys.exit(1)
+        print(f"generator: {path}")
     if settings.embedder.embedder_model is None:
         print(f"embedder: {bundled_embedder_dir()}")
     try:

@@ -31,11 +31,10 @@ from app.config.settings import Settings
 from app.metrics import Metrics
 from app.migrations import open_database
 from app.state import Retrieval, Services
-from llm.backend import FakeBackend
 from llm.engine.kv_disk import sweep_kv_leftovers
 from llm.models import sweep_partial_models
 from llm.params import ModelUnavailable
-from llm.registry import Alias, Registry
+from llm.registry import Registry
 from retrieval.disk import DiskWatch
 from retrieval.ingest import IngestWorker
 from retrieval.leftovers import sweep_data_leftovers
@@ -93,6 +92,8 @@ def load_models(services: Services) -> None:
         log.exception("loading the embedder or the vector index failed")
         services.load_errors.append(f"the embedder failed to load: {type(exc).__name__}: {exc}")
     try:
+        from app.config.models import build_registry  # imports llm.local: llama.cpp, on use
+
         services.models = build_registry(services.settings, services.metrics)
         services.models.get(services.settings.generation.chat_model)  # load the chat model now
         if services.retrieval is not None:
@@ -136,37 +137,9 @@ def _load_retrieval(services: Services) -> Retrieval:
 
 
 def _load_chat(services: Services, retriever: Retriever, models: Registry) -> ChatService:
-    settings = services.settings
     return ChatService(
-        services.conversations,
-        retriever,
-        models,
-        ChatConfig(
-            model=settings.generation.chat_model,
-            top_k=settings.search.top_k,
-            min_score=settings.search.min_score,
-            max_answer_tokens=settings.generation.max_answer_tokens,
-            temperature=settings.generation.temperature,
-            timeout_s=settings.generation.request_timeout_s,
-        ),
+        services.conversations, retriever, models, ChatConfig.from_settings(services.settings)
     )
-
-
-def build_registry(settings: Settings, metrics: Metrics) -> Registry:
-    """The configured models plus the default one, and their aliases."""
-    if settings.generation.generator_backend == "fake":
-        fake = FakeBackend(
-            context_tokens=settings.generation.context_tokens,
-            token_delay_s=settings.generation.fake_token_delay_s,
-            observer=metrics,
-        )
-        return Registry.single(fake, "default")
-    from app.config.models import loaders_for  # imports llm.local; llama.cpp loads on use
-
-    loaders, default_name = loaders_for(settings, metrics)
-    aliases = {name: Alias(weights) for name, weights in settings.generation.model_aliases.items()}
-    aliases.setdefault("default", Alias({default_name: 1}))
-    return Registry(loaders, aliases, memory_budget_bytes=settings.generation.model_memory_bytes)
 
 
 def _submit_samples(services: Services, samples_dir: Path) -> None:

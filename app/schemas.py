@@ -9,6 +9,7 @@ import msgspec
 from litestar.params import Parameter
 
 from app.chat.conversations import Citation, Message
+from llm.support import Unsupported
 from retrieval.records import DocumentRecord
 from retrieval.types import Hit
 
@@ -93,11 +94,32 @@ class CitationOut(msgspec.Struct):
         return cls(url=citation.url, **citation.__dict__)
 
 
+class UnsupportedOut(msgspec.Struct):
+    """A sentence of the answer that no cited passage supports (native API and grounded
+    ``/v1`` alike): ``answer[start:end] == text``. ``reason``: ``"no source"`` (it cites
+    nothing) or ``"not in the cited source"`` (what it cites does not say it). A lexical
+    check, a prompt to look, not a verdict."""
+
+    start: int
+    end: int
+    text: str
+    reason: Literal["no source", "not in the cited source"]
+
+    @classmethod
+    def of(cls, unsupported: Unsupported) -> UnsupportedOut:
+        return cls(unsupported.start, unsupported.end, unsupported.text, unsupported.reason)
+
+
 class ChatDone(msgspec.Struct):
+    """The stored answer. ``grounded``: it cites at least one source; ``unsupported``: its
+    sentences no cited passage supports."""
+
     conversation_id: int
     message_id: int
     answer: str
     citations: list[CitationOut]
+    unsupported: list[UnsupportedOut]
+    grounded: bool
 
     @classmethod
     def of(cls, message: Message) -> ChatDone:
@@ -106,6 +128,8 @@ class ChatDone(msgspec.Struct):
             message_id=message.id,
             answer=message.content,
             citations=[CitationOut.of(c) for c in message.citations],
+            unsupported=[UnsupportedOut.of(u) for u in message.unsupported],
+            grounded=bool(message.citations),
         )
 
 
@@ -144,16 +168,31 @@ class ConversationList(msgspec.Struct):
 
 
 class MessageOut(msgspec.Struct):
+    """A question or an answer. For an answer, ``grounded`` says whether it cites a source
+    and ``unsupported`` lists its sentences no cited passage supports (as in ``ChatDone``);
+    for a question ``grounded`` is null."""
+
     id: int
     role: str
     content: str
     created_at: float
     citations: list[CitationOut]
+    unsupported: list[UnsupportedOut] = msgspec.field(default_factory=list)
+    grounded: bool | None = None
 
     @classmethod
     def of(cls, message: Message) -> MessageOut:
         citations = [CitationOut.of(c) for c in message.citations]
-        return cls(message.id, message.role, message.content, message.created_at, citations)
+        answer = message.role == "assistant"
+        return cls(
+            message.id,
+            message.role,
+            message.content,
+            message.created_at,
+            citations,
+            unsupported=[UnsupportedOut.of(u) for u in message.unsupported],
+            grounded=bool(message.citations) if answer else None,
+        )
 
 
 class ConversationDetail(ConversationOut):

@@ -27,7 +27,7 @@ from app.chat.service import ChatConfig, ChatService
 from bench.query import indexed_corpus
 from llm.channel import Completion
 from llm.local import LocalModel, LocalModelConfig
-from llm.models import bundled_generator_model
+from llm.models import small_model
 from llm.params import CompletionRequest, FinishReason, Usage
 from llm.registry import Registry
 from retrieval.search import Retriever
@@ -82,7 +82,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         embedder, store, index = indexed_corpus(root, args.documents)
-        config = LocalModelConfig(name="gemma", path=bundled_generator_model(root / "models"))
+        config = LocalModelConfig(name="gemma", path=small_model(root / "models"))
         warm = Recorder()
         model = RecordingModel(config, warm)
         model.requests = []

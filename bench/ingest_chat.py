@@ -54,7 +54,7 @@ from app.config.settings import Settings
 from bench.corpus import background_worker, ingest_files, stdlib_documents
 from bench.query import QUESTIONS, measure, percentile
 from llm.local import LocalModel, LocalModelConfig
-from llm.models import bundled_generator_model
+from llm.models import small_model
 from retrieval.embedder import (
     Embedder,
     SentenceTransformerEmbedder,
@@ -192,7 +192,7 @@ def main() -> None:
             store.ensure_collection(),
             IsolatedParser(),
         )
-        model_path = bundled_generator_model(root / "models")
+        model_path = small_model(root / "models")
         bulk = stdlib_documents(1000)
         runs: dict[str, list[Run]] = {mode: [] for mode in modes}
         for round_ in range(args.rounds):  # modes interleaved: drift hits each alike

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.corpus import ingest_files, stdlib_documents
 from llm.local import LocalModel, LocalModelConfig
-from llm.models import bundled_generator_model
+from llm.models import small_model
 from llm.params import CompletionRequest, SamplingParams, TextDelta
 from llm.prompt import Source, build_prompt
 from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
@@ -50,7 +50,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         embedder, store, index = indexed_corpus(root, args.documents)
-        model_path = bundled_generator_model(root / "models")
+        model_path = small_model(root / "models")
         generator = LocalModel(LocalModelConfig(name="gemma", path=model_path))
         retriever = Retriever(embedder, index, store)
         # each question once: a repeated prompt would come from the prefix cache

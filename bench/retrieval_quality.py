@@ -158,10 +158,10 @@ def reranker_runs(spec: str) -> tuple[Reranker, list[tuple[str, SearchConfig, fl
     """The reranker ``--reranker`` names and its runs: (name, config, min_score, top n)."""
     reranker: Reranker
     if spec == "llm" or spec.endswith(".gguf"):
-        from llm.models import bundled_generator_model
+        from llm.models import small_model
         from retrieval.llm_rerank import LlmReranker
 
-        path = bundled_generator_model(MODELS) if spec == "llm" else Path(spec)
+        path = small_model(MODELS) if spec == "llm" else Path(spec)
         label, tops, reranker = f"LLM yes/no ({path.stem})", (10, 20), LlmReranker(path)
     else:
         from retrieval.rerank import CrossEncoderReranker

@@ -20,7 +20,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from llm.local import LocalModel, LocalModelConfig, available_cpus
-from llm.models import bundled_generator_model
+from llm.models import small_model
 from llm.params import CompletionRequest, Finished, SamplingParams
 
 BAR = 0.98
@@ -56,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     config = LocalModelConfig(
         name="bench",
-        path=bundled_generator_model(Path("data/models")),
+        path=small_model(Path("data/models")),
         parallel=args.clients,
         n_threads=available_cpus(),
     )

@@ -41,7 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import httpx
 
 from llm.local import available_cpus
-from llm.models import bundled_generator_model
+from llm.models import small_model
 
 MODEL_DIR = Path("data/models")
 CONCURRENCY_TOKENS = 64
@@ -196,7 +196,7 @@ def main() -> None:
     if sum(counts) + 1 > len(LEADS):
         parser.error(f"at most {len(LEADS) - 1} requests over all rounds")
     load_at_start = os.getloadavg()[0]
-    model = bundled_generator_model(MODEL_DIR).resolve()
+    model = small_model(MODEL_DIR).resolve()
     rounds = concurrency_prompts(counts)
     warm_up = f"{LEADS[-1]} {TOPICS[0]}"
     # ~700 tokens: the paragraphs, each cut after its last full sentence

@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 from llm.prompt import Source
 
 MARKER = re.compile(r"\[(\d{1,3})\]")
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOPWORDS = frozenset(
     [
@@ -81,23 +81,24 @@ def attribute(text: str, sources: Sequence[Source]) -> str:
     """Append ``[n]`` to each sentence that has no marker but clearly comes from source n."""
     if not sources:
         return text
-    source_words = [_content_words(s.text) | _content_words(s.title) for s in sources]
+    source_words = [content_words(s.text) | content_words(s.title) for s in sources]
     pieces: list[str] = []
     cursor = 0
-    for match in _SENTENCE.finditer(text):
+    for match in SENTENCE.finditer(text):
         sentence = match.group(0)
         pieces.append(text[cursor : match.start()])
         cursor = match.end()
         if MARKER.search(sentence):
             pieces.append(sentence)
             continue
-        number = _best_source(_content_words(sentence), source_words, sources)
+        number = _best_source(content_words(sentence), source_words, sources)
         pieces.append(_with_marker(sentence, number) if number else sentence)
     pieces.append(text[cursor:])
     return "".join(pieces)
 
 
-def _content_words(text: str) -> set[str]:
+def content_words(text: str) -> set[str]:
+    """The lower-cased words of ``text`` that carry content (stopwords left out)."""
     return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS}
 
 

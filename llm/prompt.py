@@ -62,6 +62,15 @@ EXAMPLE = Turn(
     ),
 )
 NO_SOURCES = "(no relevant sources found)"
+# Instruction-tuned models get the rules in the second person, and the same few words to
+# decline with every time (so "not covered" is easy to recognise, and never invented).
+DECLINE = "The documents do not cover this."
+CHAT_INSTRUCTIONS = (
+    "You answer staff questions from the numbered sources given with each question. "
+    "Answer briefly, in one to three sentences, with the facts the sources give, and put "
+    "the source's number after each fact, like [1]. If none of the sources answers the "
+    f'question, say "{DECLINE}" and nothing else.'
+)
 
 
 class PromptFormat(Protocol):
@@ -131,7 +140,7 @@ class ChatTemplateFormat:
         return (self._eos,) if self._eos else ()
 
     def render(self, history: Sequence[Turn], turn: Turn) -> str:
-        messages: list[dict[str, str]] = [{"role": "system", "content": INSTRUCTIONS}]
+        messages: list[dict[str, str]] = [{"role": "system", "content": CHAT_INSTRUCTIONS}]
         for done in history:
             messages.append({"role": "user", "content": self._ask(done)})
             messages.append({"role": "assistant", "content": self.inert(done.answer.strip())})

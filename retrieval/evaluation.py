@@ -5,9 +5,12 @@ A golden set is JSONL, one question per line::
     {"question": "...", "document": "guide.md", "passage": "...", "answer": "..."}
 
 ``document`` (a filename or title) and ``passage`` (a string inside the passage) say which
-hits are relevant; without ``passage``, ``answer`` plays its part. At least one of the
-three is required. Answer containment asks only whether any retrieved passage contains
-the ``answer`` string. All string comparisons ignore case.
+hits are relevant; without ``passage``, ``answer`` plays its part. ``answers`` may list
+other correct forms of the answer. A line with none of ``document``, ``passage`` and
+``answer`` is an *off-topic* question, which the documents do not answer: retrieval
+evaluation leaves it out, answer evaluation expects the assistant to decline it. Answer
+containment asks only whether any retrieved passage contains the ``answer`` string. All
+string comparisons ignore case.
 """
 
 from __future__ import annotations
@@ -34,6 +37,17 @@ class GoldenQuestion:
     document: str | None = None
     passage: str | None = None
     answer: str | None = None
+    alternatives: tuple[str, ...] = ()  # other correct forms of ``answer``
+
+    @property
+    def offtopic(self) -> bool:
+        """The documents do not answer it (a golden line naming no document, passage or answer)."""
+        return self.document is None and self.passage is None and self.answer is None
+
+    @property
+    def answers(self) -> tuple[str, ...]:
+        """Every correct form of the answer (none for a question without one)."""
+        return ((self.answer,) if self.answer is not None else ()) + self.alternatives
 
     def is_relevant(self, hit: Hit, filename: str) -> bool:
         if self.document is not None and self.document.lower() not in (
@@ -46,7 +60,7 @@ class GoldenQuestion:
 
     def contains_answer(self, hits: Sequence[Hit]) -> bool:
         assert self.answer is not None
-        return any(self.answer.lower() in hit.text.lower() for hit in hits)
+        return any(a.lower() in hit.text.lower() for a in self.answers for hit in hits)
 
 
 def load_golden(path: Path) -> list[GoldenQuestion]:
@@ -78,9 +92,14 @@ def _question(number: int, line: str) -> GoldenQuestion:
     question = values.pop("question")
     if question is None:
         raise GoldenSetError(f"line {number}: 'question' is missing")
-    if all(value is None for value in values.values()):
-        raise GoldenSetError(f"line {number}: give 'document', 'passage' or 'answer'")
-    return GoldenQuestion(question, **values)
+    alternatives = row.get("answers", [])
+    if not isinstance(alternatives, list) or not all(
+        isinstance(a, str) and a.strip() for a in alternatives
+    ):
+        raise GoldenSetError(f"line {number}: 'answers' must be a list of non-empty strings")
+    if alternatives and values["answer"] is None:
+        raise GoldenSetError(f"line {number}: 'answers' lists alternatives to an 'answer'")
+    return GoldenQuestion(question, **values, alternatives=tuple(alternatives))
 
 
 def ranking_metrics(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[str, float]:
@@ -142,6 +161,9 @@ def evaluate(
     """Search each question (end to end, timed) and score the top ``k``."""
     if k < 1:
         raise ValueError("k must be at least 1")
+    questions = [q for q in questions if not q.offtopic]
+    if not questions:
+        raise GoldenSetError("the golden set holds only off-topic questions")
     filenames = {d.id: d.filename for d in store.list_documents()}
     retriever.search(questions[0].question, k, collection_ids=collection_ids)  # warm-up
     results = []

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 
 from retrieval.embedder import Embedder, Vectors, embed_one
-from retrieval.fusion import diversify, reciprocal_rank_fusion
+from retrieval.fusion import diversify, mmr, reciprocal_rank_fusion
 from retrieval.index import VectorIndex
 from retrieval.lexical import LexicalIndex, searchable_chunks
 from retrieval.neighbours import expand_short_hits
@@ -27,7 +27,8 @@ class SearchConfig:
     rrf_k: float = 60.0
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
-    max_per_document: int = 2  # 0 = no limit
+    max_per_document: int = 0  # 0 = no limit
+    mmr_lambda: float = 1.0  # maximal marginal relevance: 1 = the ranking as it is
     candidates: int = 50  # taken from each retriever before fusion (at least 4 × k)
     expand_below_chars: int = 0  # widen hits shorter than this over their neighbours; 0 = off
     rerank_candidates: int = 20  # fused hits a reranker (when given) reorders
@@ -106,7 +107,7 @@ class Retriever:
         if self.reranker is not None:
             depth = max(config.rerank_candidates, k)
             candidates = self.reranker.rerank(query, self.store.hits(ranked[:depth]))
-            hits = diversify(candidates, k, config.max_per_document)
+            hits = self._spread(diversify(candidates, self._pool(k), config.max_per_document), k)
         else:
             hits = self._hydrate(ranked, k)
         hits = expand_short_hits(self.store, hits, config.expand_below_chars)
@@ -136,17 +137,30 @@ class Retriever:
         return self.index.search(vector, pool, allowed=self.store.chunk_ids_in(collection_ids))
 
     def _hydrate(self, ranked: list[tuple[int, float]], k: int) -> list[Hit]:
-        """The top ``k`` hits after the per-document cap, reading rows from SQLite a page
-        at a time: most questions need the first page only, not every candidate."""
+        """The top ``k`` hits after the per-document cap and MMR, reading rows from SQLite
+        a page at a time: most questions need the first page only, not every candidate."""
         page = max(4 * k, 16)
+        pool = self._pool(k)
         hits: list[Hit] = []
         chosen: list[Hit] = []
         for start in range(0, len(ranked), page):
             hits += self.store.hits(ranked[start : start + page])
-            chosen = diversify(hits, k, self.config.max_per_document)
-            if len(chosen) == k:
+            chosen = diversify(hits, pool, self.config.max_per_document)
+            if len(chosen) == pool:
                 break
-        return chosen
+        return self._spread(chosen, k)
+
+    def _pool(self, k: int) -> int:
+        """Candidates MMR chooses ``k`` from (just ``k`` when it is off)."""
+        return k if self.config.mmr_lambda >= 1.0 else 3 * k
+
+    def _spread(self, hits: list[Hit], k: int) -> list[Hit]:
+        """``k`` of ``hits`` by maximal marginal relevance over their stored vectors."""
+        if self.config.mmr_lambda >= 1.0 or len(hits) <= 1:
+            return hits[:k]
+        ids = [hit.chunk_id for hit in hits]
+        vectors = self.store.vectors_by_id(ids, self.embedder.model_id)
+        return mmr(hits, vectors, k, self.config.mmr_lambda)
 
     def _cosines(
         self,

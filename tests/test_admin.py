@@ -16,6 +16,7 @@ ADMIN_ONLY = [
     ("POST", "/admin/members", {"user": "ann", "collection": "x", "can_write": "on"}),
     ("POST", "/admin/members/remove", {"collection_id": "1", "user_id": "1"}),
     ("POST", "/admin/keys/1/revoke", {}),
+    ("POST", "/admin/models", {"offered": "default"}),
 ]
 
 

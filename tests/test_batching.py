@@ -154,7 +154,7 @@ def test_the_llm_reranker_takes_the_bundled_model_unless_told_otherwise(
         asked.append(models_dir)
         return bundled
 
-    monkeypatch.setattr("llm.models.bundled_generator_model", fake_bundled)
+    monkeypatch.setattr("llm.models.small_model", fake_bundled)
     bundled.parent.mkdir()
     bundled.write_bytes(b"GGUF")  # never read: the model loads on the first rerank
     monkeypatch.setenv("RAGDESK_RERANKER", "llm")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llm.local import LocalModel, LocalModelConfig
-from llm.models import bundled_generator_model
+from llm.models import small_model
 from llm.params import (
     CompletionRequest,
     ContextOverflow,
@@ -29,7 +29,7 @@ TOPICS = ["Paris", "Seven", "Cats", "Water", "Music", "Rivers", "Coffee", "Train
 
 
 def model_path() -> Path:
-    return bundled_generator_model(Path(__file__).parent.parent / "data" / "models")
+    return small_model(Path(__file__).parent.parent / "data" / "models")
 
 
 def load(**overrides: object) -> LocalModel:

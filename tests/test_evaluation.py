@@ -25,13 +25,25 @@ SAMPLES = ROOT / "data" / "samples"
 GOLDEN = ROOT / "bench" / "data" / "samples-golden.jsonl"
 
 
+def test_a_question_without_document_passage_or_answer_is_off_topic(tmp_path: Path) -> None:
+    path = tmp_path / "golden.jsonl"
+    path.write_text(
+        '{"question": "What is the capital of Mars?"}\n'
+        '{"question": "When?", "answer": "1972", "answers": ["in 1972"]}\n'
+    )
+    offtopic, factual = load_golden(path)
+    assert offtopic.offtopic and offtopic.answers == ()
+    assert not factual.offtopic and factual.answers == ("1972", "in 1972")
+
+
 @pytest.mark.parametrize(
     ("line", "problem"),
     [
         ("{not json", "line 1: not JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"document": "a.md"}', "'question' is missing"),
-        ('{"question": "why?"}', "give 'document', 'passage' or 'answer'"),
+        ('{"question": "why?", "answers": ["x"]}', "lists alternatives to an 'answer'"),
+        ('{"question": "why?", "answer": "x", "answers": "y"}', "'answers' must be a list"),
         ('{"question": "why?", "answer": 42}', "'answer' must be a non-empty string"),
         ('{"question": "  ", "answer": "x"}', "'question' must be a non-empty string"),
     ],

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from llm.local import LocalModel, LocalModelConfig
-from llm.models import bundled_generator_model
+from llm.models import small_model
 from llm.params import CompletionRequest, Finished, SamplingParams, TextDelta
 from retrieval.index import FaissIndex
 from retrieval.index_types import IndexSpec, new_ivf
@@ -77,7 +77,7 @@ def test_a_mapped_index_stays_on_the_cpu(tmp_path: Path) -> None:
 
 @needs_llama_gpu
 def test_every_layer_offloaded_generates_on_the_gpu() -> None:
-    path = bundled_generator_model(Path(__file__).parent.parent / "data" / "models")
+    path = small_model(Path(__file__).parent.parent / "data" / "models")
     model = LocalModel(LocalModelConfig(name="gemma", path=path, n_gpu_layers=-1))
     try:
         assert model.device == "GPU"

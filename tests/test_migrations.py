@@ -72,7 +72,17 @@ AUTH_TABLES = {
     "answer_sources",
     "api_answer_sources",
 }
-CHAT_TABLES = {"conversations", "messages", "conversation_pins", "conversation_owners"}
+CHAT_TABLES = {
+    "conversations",
+    "messages",
+    "conversation_pins",
+    "conversation_owners",
+    "answer_eval_runs",
+    "local_models",
+    "chat_model_offers",
+}
+# The migrations added since that release, in the order a release database runs them.
+SINCE_RELEASE = [m.name for owner in OWNERS for m in owner if not m.applied(set(OLD_NAMES))]
 
 
 def tables(db: sqlite_utils.Database) -> set[str]:
@@ -242,22 +252,38 @@ def test_a_database_from_before_accounts_gets_the_rest(tmp_path: Path) -> None:
         "auth.m010_api_answer_sources",
         "auth.m011_session_last_seen",
         "chat.m008_conversation_owners",
+        *SINCE_RELEASE,
     ]
     assert schema(path) == schema(fresh(tmp_path))
-    assert contents(path)["conversations"] == [(1, "t", 0.0, 0.0)]
+    assert [row[:4] for row in contents(path)["conversations"]] == [(1, "t", 0.0, 0.0)]
 
 
 # --- the release's data directory ------------------------------------------------------------
-def test_the_release_database_has_the_schema_of_a_fresh_one(tmp_path: Path) -> None:
-    assert schema(RELEASE) == schema(fresh(tmp_path))
+def test_the_release_database_has_the_schema_of_the_releases_migrations(tmp_path: Path) -> None:
+    path = tmp_path / "release-schema.db"
+    db = sqlite_utils.Database(sqlite3.connect(path))
+    for owner in OWNERS:
+        apply_migrations(db, [m for m in owner if m.applied(set(OLD_NAMES))])
+    db.conn.close()
+    assert schema(RELEASE) == schema(path)
     assert [name for name, _ in migration_rows(RELEASE)] == OLD_NAMES
 
 
-def test_opening_the_release_database_runs_nothing_and_changes_nothing(release: Settings) -> None:
+def test_opening_the_release_database_runs_only_later_migrations_and_keeps_every_row(
+    release: Settings, tmp_path: Path
+) -> None:
     before = contents(release.db_path)
     open_database(release.db_path).close()
-    assert contents(release.db_path) == before  # the migration records included
-    assert [name for name, _ in migration_rows(release.db_path)] == OLD_NAMES
+    after = contents(release.db_path)
+    applied = migration_rows(release.db_path)
+    assert applied[: len(OLD_NAMES)] == migration_rows(RELEASE)
+    assert [name for name, _ in applied[len(OLD_NAMES) :]] == SINCE_RELEASE
+    for table, rows in before.items():
+        if table != "_migrations" and rows:  # added columns come after the old ones
+            assert sorted(row[: len(rows[0])] for row in after[table]) == sorted(rows), table
+    assert schema(release.db_path) == schema(fresh(tmp_path))
+    open_database(release.db_path).close()
+    assert contents(release.db_path) == after  # once upgraded, opening changes nothing
 
 
 def test_a_release_data_directory_opens_upgrades_and_answers(
@@ -293,5 +319,7 @@ def test_a_release_data_directory_opens_upgrades_and_answers(
         assert done["conversation_id"] == 1
         assert [c["document_id"] for c in done["citations"]] == [1]
         assert "45 euros" in done["citations"][0]["snippet"]
-    assert migration_rows(release.db_path) == recorded  # nothing re-ran, nothing added
+    upgraded = migration_rows(release.db_path)
+    assert upgraded[: len(recorded)] == recorded  # nothing re-ran
+    assert [name for name, _ in upgraded[len(recorded) :]] == SINCE_RELEASE
     assert schema(release.db_path) == schema(fresh(tmp_path))

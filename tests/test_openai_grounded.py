@@ -91,9 +91,12 @@ def test_no_relevant_source_answers_without_the_model(api: TestClient[Any]) -> N
         "role": "assistant",
         "refusal": None,
         "citations": [],
+        "unsupported": [],
+        "grounded": False,
     }
     streamed = chunks(ask(api, "zzzz qqqq xxxx", stream=True))
     assert NOTHING_FOUND in json.dumps(streamed) and streamed[-1]["citations"] == []
+    assert streamed[-1]["grounded"] is False and streamed[-1]["unsupported"] == []
     assert len(fake_model(api).history) == before
 
 

@@ -139,7 +139,7 @@ def test_a_chat_template_bos_is_left_to_the_tokenizer() -> None:
     )
     fmt = ChatTemplateFormat(template, bos_token="<bos>", eos_token="<eos>")
     text = fmt.render([], Turn("Leave?", sources=SOURCES))
-    assert text.startswith("<system>Ragdesk answers") and text.endswith("<assistant>")
+    assert text.startswith("<system>You answer staff questions") and text.endswith("<assistant>")
     assert "Question: Leave?" in text and fmt.stop == ("<eos>",)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.models import bundled_generator_model
+from llm.models import small_model
 from retrieval.llm_rerank import LlmReranker
 from retrieval.search import Retriever, SearchConfig
 from tests.retrieval_kit import make_kit
@@ -25,7 +25,7 @@ PASSAGES = {
 
 @pytest.fixture(scope="module")
 def reranker() -> LlmReranker:
-    return LlmReranker(bundled_generator_model(MODELS), n_threads=2)
+    return LlmReranker(small_model(MODELS), n_threads=2)
 
 
 @pytest.mark.real

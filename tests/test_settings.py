@@ -216,7 +216,8 @@ def test_the_search_config_is_the_search_section() -> None:
         rrf_k=60.0,
         dense_weight=1.0,
         bm25_weight=1.0,
-        max_per_document=2,
+        max_per_document=0,
+        mmr_lambda=0.85,
         expand_below_chars=0,
         rerank_candidates=20,
     )
@@ -236,6 +237,7 @@ def test_the_search_config_is_the_search_section() -> None:
         dense_weight=0.5,
         bm25_weight=2.0,
         max_per_document=0,
+        mmr_lambda=0.85,
         expand_below_chars=300,
         rerank_candidates=40,
     )

@@ -14,13 +14,20 @@ from dataclasses import dataclass, replace
 
 from app.chat.conversations import Citation
 from llm.backend import Backend
-from llm.citations import attribute, cited_numbers
-from llm.prompt import Prompt, Source, Turn, build_prompt
+from llm.citations import MARKER, attribute, cited_numbers, content_words
+from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt
+from llm.support import MIN_WORDS, Unsupported, declines, unsupported_sentences
 from retrieval.types import Hit
 
 NOTHING_FOUND = (
     "I could not find anything about that in the documents, so I cannot answer it from them."
 )
+# When the model produced nothing usable (only markup, only a repetition): said plainly
+# rather than shown as an empty bubble.
+NO_ANSWER = "The model did not produce an answer to this question. Try asking it another way."
+# An answer no source supports anywhere is withheld: it is almost always invented (a
+# question the documents do not cover, answered from the model's own memory).
+WITHHELD = f"{DECLINE} (The model wrote an answer that no passage supports, so it is not shown.)"
 MAX_QUESTION_CHARS = 4000
 SNIPPET_CHARS = 300
 
@@ -83,6 +90,33 @@ class Grounding:
         numbers = cited_numbers(answer, self.prompt.citable)
         return answer, tuple(self._numbered(self.prompt.citable[n], n) for n in numbers)
 
+    def unsupported(self, answer: str) -> tuple[Unsupported, ...]:
+        """The sentences of a cited answer (from :meth:`cite`) that no source supports."""
+        return tuple(unsupported_sentences(answer, self.prompt.citable))
+
+    def checked(
+        self, text: str, *, withhold: bool = True
+    ) -> tuple[str, tuple[Citation, ...], tuple[Unsupported, ...]]:
+        """The generated text as the reader gets it: cited (:meth:`cite`), its unsupported
+        sentences found, and, when ``withhold`` and no sentence of it is supported, replaced
+        by :data:`WITHHELD`."""
+        answer, citations = self.cite(text)
+        unsupported = self.unsupported(answer)
+        if withhold and unsupported and _nothing_else(answer, unsupported):
+            return WITHHELD, (), ()
+        return answer, citations, unsupported
+
     def _numbered(self, source: Source, number: int | None = None) -> Citation:
         number = source.number if number is None else number
         return replace(self.shown[source.key], number=number)
+
+
+def _nothing_else(answer: str, unsupported: tuple[Unsupported, ...]) -> bool:
+    """Whether ``answer`` says nothing beyond its unsupported sentences (and no decline)."""
+    rest, cursor = [], 0
+    for span in unsupported:
+        rest.append(answer[cursor : span.start])
+        cursor = span.end
+    rest.append(answer[cursor:])
+    left = MARKER.sub(" ", "".join(rest))
+    return len(content_words(left)) < MIN_WORDS and not declines(answer)

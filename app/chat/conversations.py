@@ -8,6 +8,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llm.support import Unsupported
 from retrieval.db import Database
 from retrieval.display import shown
 
@@ -82,11 +83,13 @@ class Message:
     created_at: float
     reply_to: int | None = None
     context: TurnContext | None = None
+    unsupported: tuple[Unsupported, ...] = ()  # sentences no cited passage supports
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Message:
         citations = tuple(Citation(**c) for c in json.loads(row["citations"] or "[]"))
         context = row.get("context")
+        unsupported = tuple(Unsupported(**u) for u in json.loads(row.get("unsupported") or "[]"))
         return cls(
             id=row["id"],
             conversation_id=row["conversation_id"],
@@ -96,6 +99,7 @@ class Message:
             created_at=row["created_at"],
             reply_to=row["reply_to"],
             context=TurnContext.from_json(context) if context else None,
+            unsupported=unsupported,
         )
 
 
@@ -105,6 +109,7 @@ class Conversation:
     title: str
     created_at: float
     updated_at: float
+    model: str | None = None  # the model chosen for it (None: the configured chat model)
 
 
 class Conversations:
@@ -149,9 +154,16 @@ class Conversations:
         content: str,
         citations: tuple[Citation, ...] = (),
         context: TurnContext | None = None,
+        unsupported: tuple[Unsupported, ...] = (),
     ) -> Message:
         return self._add(
-            question.conversation_id, "assistant", content, citations, question.id, context
+            question.conversation_id,
+            "assistant",
+            content,
+            citations,
+            question.id,
+            context,
+            unsupported,
         )
 
     def _add(
@@ -162,23 +174,32 @@ class Conversations:
         citations: tuple[Citation, ...],
         reply_to: int | None,
         context: TurnContext | None = None,
+        unsupported: tuple[Unsupported, ...] = (),
     ) -> Message:
         now = time.time()
         payload = json.dumps([c.__dict__ for c in citations])
         shown = context.to_json() if context else None
+        flagged = json.dumps([u.__dict__ for u in unsupported])
         with self.db.write() as db:
             cursor = db.execute(
-                "INSERT INTO messages"
-                " (conversation_id, role, content, citations, created_at, reply_to, context)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [conversation_id, role, content, payload, now, reply_to, shown],
+                "INSERT INTO messages (conversation_id, role, content, citations, created_at,"
+                " reply_to, context, unsupported) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [conversation_id, role, content, payload, now, reply_to, shown, flagged],
             )
             db.execute(
                 "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
             )
         message_id = int(cursor.lastrowid or 0)
         return Message(
-            message_id, conversation_id, role, content, citations, now, reply_to, context
+            message_id,
+            conversation_id,
+            role,
+            content,
+            citations,
+            now,
+            reply_to,
+            context,
+            unsupported,
         )
 
     def messages(self, conversation_id: int) -> list[Message]:
@@ -239,6 +260,24 @@ class Conversations:
         with self.db.write() as db:
             db.execute("UPDATE conversations SET title = ? WHERE id = ?", [title, conversation_id])
         return self.get(conversation_id)
+
+    def set_model(self, conversation_id: int, model: str | None) -> None:
+        """Answer the conversation with ``model`` from now on (None: the configured one)."""
+        with self.db.write() as db:
+            db.execute("UPDATE conversations SET model = ? WHERE id = ?", [model, conversation_id])
+
+    def chosen_model(self, conversation_id: int) -> str | None:
+        """The model chosen for the conversation while chat still offers it, else None."""
+        row = (
+            self.db.read()
+            .execute(
+                "SELECT c.model FROM conversations c"
+                " JOIN chat_model_offers o ON o.name = c.model WHERE c.id = ?",
+                [conversation_id],
+            )
+            .fetchone()
+        )
+        return str(row[0]) if row else None
 
     def set_pinned(self, conversation_id: int, pinned: bool) -> None:
         with self.db.write() as db:

@@ -1,6 +1,7 @@
 """The tables of conversations: conversations, their messages (questions and answers,
-with what each answer was shown), pins and owners. Applied after retrieval's and auth's
-(owners are users); see ``retrieval.migrations``."""
+with what each answer was shown), pins and owners; and the models chat may answer with
+(added local models, those offered). Applied after retrieval's and auth's (owners are
+users); see ``retrieval.migrations``."""
 
 from __future__ import annotations
 
@@ -83,3 +84,62 @@ def m008_conversation_owners(db: sqlite_utils.Database) -> None:
         )"""
     )
     db.table("conversation_owners").create_index(["user_id"])
+
+
+@MIGRATIONS.add()
+def m013_answer_eval_runs(db: sqlite_utils.Database) -> None:
+    """Answer-quality evaluation runs (``ragdesk eval --answers``), with the model and the
+    settings they ran under, so runs can be compared over time."""
+    db.table("answer_eval_runs").create(
+        {
+            "id": int,
+            "created_at": float,
+            "golden": str,
+            "golden_sha256": str,
+            "model": str,
+            "settings": str,  # JSON: what shaped the answers (retrieval and generation)
+            "questions": int,
+            "correctness": float,
+            "citation_precision": float,
+            "unsupported": float,
+            "abstention": float,
+            "false_abstention": float,
+            "uncited": float,
+            "empty": int,
+            "looped": int,
+            "ttft_p50_s": float,
+            "ttft_p95_s": float,
+            "total_p50_s": float,
+            "total_p95_s": float,
+            "details": str,  # JSON: each question's answer and scores
+        },
+        pk="id",
+        not_null={"created_at", "golden", "model", "settings", "questions"},
+    )
+
+
+@MIGRATIONS.add()
+def m014_message_support(db: sqlite_utils.Database) -> None:
+    """The sentences of an answer that no cited passage supports (JSON: start, end, reason),
+    so the UI and the API can mark them."""
+    db.execute("ALTER TABLE messages ADD COLUMN unsupported TEXT NOT NULL DEFAULT '[]'")
+
+
+@MIGRATIONS.add()
+def m015_chat_model_choice(db: sqlite_utils.Database) -> None:
+    """Local models: GGUF files added with ``ragdesk models add`` (kept in the models
+    directory); the models the admin offers in chat; each conversation's chosen model
+    (NULL: the configured chat model)."""
+    db.execute(
+        """
+        CREATE TABLE local_models (
+            name TEXT PRIMARY KEY,
+            file TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            source TEXT NOT NULL,
+            added_at REAL NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE TABLE chat_model_offers (name TEXT PRIMARY KEY, offered_at REAL NOT NULL)")
+    db.execute("ALTER TABLE conversations ADD COLUMN model TEXT")

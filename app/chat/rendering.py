@@ -6,17 +6,38 @@ from html import escape
 
 from markupsafe import Markup
 
+from app.chat.answering import NO_ANSWER
 from app.chat.conversations import Message
 from app.chat.markdown import render_markdown
 from app.chat.stopping import STOPPED
+from llm.support import declines
+
+UNGROUNDED_NOTE = "No source cited — this answer is not grounded in the documents."
 
 
 def render_answer(message: Message) -> Markup:
-    """The answer's markdown as sanitised HTML, each valid ``[n]`` linked to its passage."""
+    """The answer's markdown as sanitised HTML, each valid ``[n]`` linked to its passage and
+    each sentence no cited passage supports marked "no source"."""
     cite = {
         c.number: (c.url_in(message.id), f"{c.title}, page {c.page}") for c in message.citations
     }
-    return render_markdown(message.content, cite, stopped_marker=STOPPED)
+    flagged = [
+        (u.start, u.end, u.reason)
+        for u in message.unsupported
+        if message.content[u.start : u.end] == u.text  # offsets that still fit the text
+    ]
+    return render_markdown(message.content, cite, stopped_marker=STOPPED, flagged=flagged)
+
+
+def ungrounded(message: Message) -> bool:
+    """Whether an answer cites nothing at all while answering: not a decline ("could not
+    find anything", "the documents do not cover"), not a stopped or empty answer."""
+    if message.role != "assistant" or message.citations:
+        return False
+    text = message.content.strip()
+    if not text or text.endswith(STOPPED) or text in (NO_ANSWER, "(no answer)"):
+        return False
+    return not declines(text)
 
 
 def highlight_passage(page_text: str, start: int | None, end: int | None) -> Markup:

@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
+from app.chat.answering import MAX_QUESTION_CHARS, NO_ANSWER, NOTHING_FOUND, Grounding
 from app.chat.conversations import (
     Citation,
     Conversation,
@@ -19,6 +19,7 @@ from app.chat.conversations import (
     TurnContext,
 )
 from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
+from app.config.settings import Settings
 from app.errors import NotFound, UnprocessableInput, from_engine
 from llm.backend import Backend
 from llm.params import (
@@ -27,10 +28,13 @@ from llm.params import (
     EngineError,
     SamplingParams,
     TextDelta,
+    UnknownModel,
 )
 from llm.prompt import PromptTooLong, Source, Turn
 from llm.registry import Registry
 from llm.repetition import RepetitionGuard
+from llm.support import Unsupported
+from retrieval.focus import focus
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
@@ -45,6 +49,22 @@ class ChatConfig:
     max_answer_tokens: int
     temperature: float
     timeout_s: float = 300.0
+    passage_chars: int = 0  # longer passages are focused on the question (0: shown whole)
+    withhold_unsupported: bool = True  # an answer no source supports anywhere is not shown
+
+    @classmethod
+    def from_settings(cls, settings: Settings, model: str | None = None) -> ChatConfig:
+        """How chat answers, from the settings (``model``: another than the configured one)."""
+        return cls(
+            model=model or settings.generation.chat_model,
+            top_k=settings.search.top_k,
+            min_score=settings.search.min_score,
+            max_answer_tokens=settings.generation.max_answer_tokens,
+            temperature=settings.generation.temperature,
+            timeout_s=settings.generation.request_timeout_s,
+            passage_chars=settings.search.passage_chars,
+            withhold_unsupported=settings.generation.withhold_unsupported,
+        )
 
 
 @dataclass(frozen=True)
@@ -55,6 +75,7 @@ class TokenEvent:
 @dataclass(frozen=True)
 class DoneEvent:
     message: Message
+    looped: bool = False  # the repetition guard cut the answer short
 
 
 ChatEvent = TokenEvent | DoneEvent
@@ -148,7 +169,9 @@ class ChatService:
         result = self.retriever.search(
             question, config.top_k, min_score=config.min_score, collection_ids=collection_ids
         )
-        return result.hits
+        if not config.passage_chars:
+            return result.hits
+        return focus(question, result.hits, self.retriever.embedder, config.passage_chars)
 
     def is_answering(self, question_id: int) -> bool:
         """From the moment its answer starts (retrieval included) until it is stored."""
@@ -186,7 +209,8 @@ class ChatService:
             yield DoneEvent(await self._save(question, NOTHING_FOUND, (), progress))
             return
         key = f"conversation:{question.conversation_id}"
-        backend = await asyncio.to_thread(self.models.get, self.config.model, key)
+        model = await asyncio.to_thread(self.model_for, question.conversation_id)
+        backend = await asyncio.to_thread(self.models.get, model, key)
         grounding = await asyncio.to_thread(self._grounding, backend, question, hits)
         prompt = grounding.prompt
         request = CompletionRequest(
@@ -221,9 +245,24 @@ class ChatService:
             if not completed:  # the client left (leaving the loop cancelled the request)
                 progress.partial = guard.text.strip()
                 progress.context = _context(grounding, guard.text)
-        answer, citations = grounding.cite(guard.text)
+        answer, citations, unsupported = grounding.checked(
+            guard.text, withhold=self.config.withhold_unsupported
+        )
         progress.context = _context(grounding, guard.text)
-        yield DoneEvent(await self._save(question, answer or "(no answer)", citations, progress))
+        stored = await self._save(question, answer or NO_ANSWER, citations, progress, unsupported)
+        yield DoneEvent(stored, looped=guard.repeated)
+
+    def model_for(self, conversation_id: int) -> str:
+        """The conversation's chosen model while chat offers it and the registry serves
+        it; otherwise the configured one."""
+        chosen = self.conversations.chosen_model(conversation_id)
+        if chosen is None:
+            return self.config.model
+        try:
+            self.models.resolve(chosen)
+        except UnknownModel:  # added after this server started, or configured away
+            return self.config.model
+        return chosen
 
     def _grounding(self, backend: Backend, question: Message, hits: list[Hit]) -> Grounding:
         """This turn's prompt after the earlier turns, which repeat the sources they were
@@ -250,14 +289,28 @@ class ChatService:
             raise from_engine(exc) from exc  # its status (400), not the stream's 500
 
     async def _save(
-        self, question: Message, answer: str, citations: tuple[Citation, ...], progress: _Progress
+        self,
+        question: Message,
+        answer: str,
+        citations: tuple[Citation, ...],
+        progress: _Progress,
+        unsupported: tuple[Unsupported, ...] = (),
     ) -> Message:
-        return await asyncio.to_thread(self._store, question, answer, citations, progress)
+        return await asyncio.to_thread(
+            self._store, question, answer, citations, progress, unsupported
+        )
 
     def _store(
-        self, question: Message, answer: str, citations: tuple[Citation, ...], progress: _Progress
+        self,
+        question: Message,
+        answer: str,
+        citations: tuple[Citation, ...],
+        progress: _Progress,
+        unsupported: tuple[Unsupported, ...] = (),
     ) -> Message:
-        stored = self.conversations.add_answer(question, answer, citations, progress.context)
+        stored = self.conversations.add_answer(
+            question, answer, citations, progress.context, unsupported
+        )
         if progress.on_stored is not None:
             progress.on_stored(stored)
         return stored

@@ -42,10 +42,10 @@ def reranker(settings: Settings) -> Reranker | None:
     if settings.search.reranker == "none":
         return None
     if settings.search.reranker == "llm":
-        from llm.models import bundled_generator_model
+        from llm.models import small_model
         from retrieval.llm_rerank import LlmReranker
 
-        model = settings.search.reranker_model or bundled_generator_model(settings.models_dir)
+        model = settings.search.reranker_model or small_model(settings.models_dir)
         return LlmReranker(model, n_threads=settings.generation.n_threads)
     if settings.search.reranker_model is None:
         raise ValueError("RAGDESK_RERANKER=cross-encoder needs RAGDESK_RERANKER_MODEL")

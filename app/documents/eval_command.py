@@ -1,5 +1,7 @@
 """``ragdesk eval GOLDEN.jsonl``: retrieval quality and latency on the data directory's
-index, stored in SQLite; ``ragdesk eval --history`` compares the runs."""
+index; ``ragdesk eval --answers GOLDEN.jsonl``: the quality of the answers chat gives
+(:mod:`app.documents.answer_eval`). Both are stored in SQLite; ``--history`` compares
+the runs."""
 
 from __future__ import annotations
 
@@ -12,13 +14,22 @@ from typing import TYPE_CHECKING
 from app.config.settings import Settings
 
 if TYPE_CHECKING:
+    from app.documents.answer_eval import AnswerRun
     from retrieval.db import Database
     from retrieval.eval_runs import EvalRun
 
 
 def run_eval(
-    settings: Settings, golden: Path | None, *, collection: str | None, k: int, history: bool
+    settings: Settings,
+    golden: Path | None,
+    *,
+    collection: str | None,
+    k: int,
+    history: bool,
+    answers: bool = False,
+    model: str | None = None,
 ) -> int:
+    from app.documents.answer_eval import answer_history
     from app.migrations import open_database
     from retrieval.eval_runs import run_history
 
@@ -31,11 +42,17 @@ def run_eval(
     db = open_database(settings.db_path)
     try:
         if golden is not None:
-            status = _evaluate(settings, db, golden, collection=collection, k=k)
+            if answers:
+                status = _evaluate_answers(settings, db, golden, model=model)
+            else:
+                status = _evaluate(settings, db, golden, collection=collection, k=k)
             if status:
                 return status
         if history or golden is None:
-            _print_history(run_history(db))
+            if answers:
+                _print_answer_history(answer_history(db))
+            else:
+                _print_history(run_history(db))
         return 0
     finally:
         db.close()
@@ -93,6 +110,82 @@ def _evaluate(
             print(f"  missed: {result.question}", file=sys.stderr)
     print(json.dumps({"run": run_id, **report.as_dict()}, indent=2))
     return 0
+
+
+def _evaluate_answers(settings: Settings, db: Database, golden: Path, *, model: str | None) -> int:
+    import asyncio
+
+    from app.chat.service import ChatConfig, ChatService
+    from app.config.models import build_registry
+    from app.config.retrieval import build_embedder, open_vector_index
+    from app.config.search_stages import reranker
+    from app.documents.answer_eval import ScratchConversations, ask_all, save_answer_run
+    from app.metrics import Metrics
+    from retrieval.evaluation import GoldenSetError, load_golden
+    from retrieval.search import Retriever
+    from retrieval.store import DocumentStore
+
+    try:
+        questions = load_golden(golden)
+    except GoldenSetError as exc:
+        print(f"ragdesk eval: {exc}", file=sys.stderr)
+        return 2
+    store = DocumentStore(db)
+    embedder = build_embedder(settings)
+    index, _ = open_vector_index(settings, store, embedder, read_only=True)
+    retriever = Retriever(embedder, index, store, settings.search.config(), reranker(settings))
+    registry = build_registry(settings, Metrics(lambda: [], lambda: None))
+    config = ChatConfig.from_settings(settings, model)
+    if config.model not in registry.names:
+        known = ", ".join(registry.names)
+        print(f"ragdesk eval: no model {config.model!r} (there are: {known})", file=sys.stderr)
+        registry.close()
+        return 2
+    scratch = ScratchConversations()
+    try:
+        chat = ChatService(scratch.conversations, retriever, registry, config)
+        result = asyncio.run(ask_all(chat, questions, progress=True))
+        served = registry.resolve(config.model)
+    finally:
+        registry.close()
+        scratch.close()
+    run_id = save_answer_run(
+        db, result, golden=golden, model=served, settings=answer_settings(settings)
+    )
+    print(json.dumps({"run": run_id, "model": served, **result.as_dict()}, indent=2))
+    return 0
+
+
+def answer_settings(settings: Settings) -> dict[str, object]:
+    """What shapes an answer besides the model, stored with each answer run."""
+    return {
+        "search": settings.search.model_dump(mode="json"),
+        "generation": {
+            key: value
+            for key, value in settings.generation.model_dump(mode="json").items()
+            if key in ("max_answer_tokens", "temperature", "context_tokens", "chat_model")
+        },
+    }
+
+
+def _print_answer_history(runs: list[AnswerRun]) -> None:
+    print(
+        "| run | when (UTC) | golden | model | questions | correct | cited precision "
+        "| unsupported | abstained (off-topic) | empty | looped | TTFT p50 s | total p50 s |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for run in runs:
+        when = datetime.datetime.fromtimestamp(run.created_at, datetime.UTC)
+        print(
+            f"| {run.id} | {when:%Y-%m-%d %H:%M} | {Path(run.golden).name} | {run.model} | "
+            f"{run.questions} | {_share(run.correctness)} | {_share(run.citation_precision)} | "
+            f"{_share(run.unsupported)} | {_share(run.abstention)} | {run.empty} | "
+            f"{run.looped} | {_share(run.ttft_p50_s, 2)} | {run.total_p50_s:.2f} |"
+        )
+
+
+def _share(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def _print_history(runs: list[EvalRun]) -> None:

@@ -1,7 +1,8 @@
 """Grounded answers on ``/v1/chat/completions``: the model ``rag`` (every readable
 collection) or ``rag:<collection>``, or ``"ragdesk": {"collections": [...]}`` with any
 model, answers from the documents as chat does, with ``[n]`` markers and a ``citations``
-array (on the message, or in the last chunk of a stream).
+array (on the message, or in the last chunk of a stream), next to ``unsupported`` (the
+sentences no cited passage supports) and ``grounded`` (whether any source is cited).
 
 Stateless: the last user message is the question, earlier user/assistant messages become
 history turns without sources; nothing is stored but the audit of the passages shown.
@@ -38,7 +39,7 @@ from app.openai.schemas import (
     PromptTokensDetails,
     UsageOut,
 )
-from app.schemas import CitationOut
+from app.schemas import CitationOut, UnsupportedOut
 from app.state import Services
 from llm.backend import Backend
 from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
@@ -134,11 +135,50 @@ class _Grounded:
         prompt = self.grounding.prompt
         return ChatPrompt(prompt.text, prompt.stop, strip_leading_space=True)
 
-    def cite(self, text: str) -> tuple[str, list[CitationOut]]:
-        """The answer with bare sentences attributed, and the sources it cites."""
+    def cite(self, text: str) -> _Cited:
+        """The answer with bare sentences attributed, the sources it cites, and the
+        sentences no cited passage supports."""
         assert self.grounding is not None
         answer, citations = self.grounding.cite(text)
-        return answer, [CitationOut.of(c) for c in citations]
+        unsupported = self.grounding.unsupported(answer)
+        return _Cited(
+            answer,
+            [CitationOut.of(c) for c in citations],
+            [UnsupportedOut.of(u) for u in unsupported],
+        )
+
+
+@dataclass(frozen=True)
+class _Cited:
+    answer: str
+    citations: list[CitationOut]
+    unsupported: list[UnsupportedOut]  # offsets into ``answer``
+
+    @property
+    def grounded(self) -> bool:
+        return bool(self.citations)
+
+    def unsupported_in(self, streamed: str) -> list[UnsupportedOut]:
+        """The unsupported sentences with offsets into the text as it was streamed (the
+        deltas joined): ``answer`` is that text stripped, with ``[n]`` markers added to
+        sentences that had none, so each answer position maps back to a streamed one."""
+        base = streamed.strip()
+        lead = len(streamed) - len(streamed.lstrip())
+        at: list[int] = []  # answer position -> position in base
+        j = 0
+        for char in self.answer:
+            at.append(j)
+            if j < len(base) and base[j] == char:
+                j += 1
+        at.append(j)
+        if j != len(base):  # not derived by insertions alone: no offsets to trust
+            return []
+        found = []
+        for u in self.unsupported:
+            start, end = lead + at[u.start], lead + at[u.end]
+            if start < end:
+                found.append(UnsupportedOut(start, end, streamed[start:end], u.reason))
+        return found
 
 
 async def grounded_completion(
@@ -176,8 +216,13 @@ async def grounded_completion(
         usage = data.stream_options is not None and data.stream_options.include_usage
         return ServerSentEvent(_chunks(started, grounding, include_usage=usage))
     text, done = await collect(started, request)
-    answer, citations = grounding.cite(text)
-    message = GroundedMessageOut(answer, citations=citations)
+    cited = grounding.cite(text)
+    message = GroundedMessageOut(
+        cited.answer,
+        citations=cited.citations,
+        unsupported=cited.unsupported,
+        grounded=cited.grounded,
+    )
     choice = ChatChoice(0, message, FINISH_REASONS[done.reason])
     out = ChatCompletionOut(
         started.id, int(time.time()), done.model, [choice], usage_out(done.usage)
@@ -227,9 +272,20 @@ async def _chunks(
             yield _sse(error_body(error.status, error.message, None, None))
             return
         else:
-            _, citations = grounding.cite("".join(parts))
+            streamed = "".join(parts)
+            cited = grounding.cite(streamed)
             last = [ChunkChoice(0, Delta(), FINISH_REASONS[event.reason])]
-            yield _sse(GroundedChunk(started.id, created, event.model, last, citations=citations))
+            yield _sse(
+                GroundedChunk(
+                    started.id,
+                    created,
+                    event.model,
+                    last,
+                    citations=cited.citations,
+                    unsupported=cited.unsupported_in(streamed),
+                    grounded=cited.grounded,
+                )
+            )
             if include_usage:
                 usage = usage_out(event.usage)
                 yield _sse(ChatChunk(started.id, created, event.model, [], usage))

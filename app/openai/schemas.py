@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from app.schemas import CitationOut
+from app.schemas import CitationOut, UnsupportedOut
 
 MAX_PROMPT_CHARS = 1_000_000
 ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -130,7 +130,13 @@ class MessageOut(msgspec.Struct):
 
 
 class GroundedMessageOut(MessageOut, kw_only=True):
+    """A grounded answer: ``citations`` are the sources it cites, ``unsupported`` its
+    sentences no cited passage supports (offsets into ``content``), ``grounded`` whether
+    it cites any source at all."""
+
     citations: list[CitationOut] = msgspec.field(default_factory=list)
+    unsupported: list[UnsupportedOut] = msgspec.field(default_factory=list)
+    grounded: bool = False
 
 
 class ChatChoice(msgspec.Struct):
@@ -173,9 +179,13 @@ class ChatChunk(msgspec.Struct):
 
 
 class GroundedChunk(ChatChunk, kw_only=True):
-    """The last chunk of a grounded stream carries the citations of the whole answer."""
+    """The last chunk of a grounded stream carries the citations of the whole answer, its
+    sentences no cited passage supports (offsets into the streamed text, all deltas
+    joined) and whether it cites any source at all."""
 
     citations: list[CitationOut] = msgspec.field(default_factory=list)
+    unsupported: list[UnsupportedOut] = msgspec.field(default_factory=list)
+    grounded: bool = False
 
 
 class TextChoice(msgspec.Struct):

@@ -1,6 +1,6 @@
 """Account pages: one's own API keys (``/account``), and for admins users, collection
-membership and every key (``/admin``). Secrets are shown once, in the answer to the form
-that made them, and never again."""
+membership, every key and the models chat offers (``/admin``). Secrets are shown once,
+in the answer to the form that made them, and never again."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from app.auth.guards import auth_of, current_principal
 from app.auth.passwords import generate_password
 from app.auth.principal import Principal, Role
 from app.auth.users import AccountError
+from app.chat.local_models import ChatModels, ModelError
 from app.errors import NotFound, UnprocessableInput
 from app.state import Services
+from app.web.ui_context import served_models
 
 ADMIN = {"admin": True}
 
@@ -74,7 +76,21 @@ def admin_context(request: Request[Any, Any, Any], **extra: Any) -> dict[str, An
         "collections": collections,
         "members": {c.id: auth.members.of_collection(c.id) for c in collections},
         "names": {c.id: c.name for c in collections},
+        **chat_models_context(services),
         **extra,
+    }
+
+
+def chat_models_context(services: Services) -> dict[str, Any]:
+    """The models the admin may offer in chat (the default always is), which are offered,
+    and which of them this server cannot load until it restarts."""
+    models = ChatModels(services.db, services.settings)
+    offerable = models.offerable()
+    served = served_models(services)
+    return {
+        "chat_models": [models.known()[0], *offerable],
+        "offered_models": models.offered_names(),
+        "unserved_models": set() if served is None else {m.name for m in offerable} - served,
     }
 
 
@@ -181,4 +197,15 @@ class AdminPages(Controller):
     async def revoke_key(self, request: Request[Any, Any, Any], key_id: int) -> Redirect:
         if not await asyncio.to_thread(auth_of(request).keys.revoke, key_id):
             raise NotFound("no such key")
+        return Redirect("/admin", status_code=303)
+
+    @post("/models", status_code=303)
+    async def offer_models(self, request: Request[Any, Any, Any]) -> Redirect:
+        """The models chat offers besides the default: exactly those checked."""
+        form, services = await request.form(), _services(request)
+        names = [str(v) for v in form.getall("offered")] if "offered" in form else []
+        try:
+            await asyncio.to_thread(ChatModels(services.db, services.settings).set_offered, names)
+        except ModelError as exc:
+            raise UnprocessableInput(str(exc)) from None
         return Redirect("/admin", status_code=303)

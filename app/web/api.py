@@ -117,7 +117,9 @@ class ChatApi(Controller):
     @post(status_code=200)
     async def chat(self, data: ChatIn, chat: ChatService, services: Services) -> ServerSentEvent:
         """Server-sent events: ``token`` events carry text, ``done`` the stored answer
-        with its citations, ``error`` a problem found after streaming began."""
+        with its citations, its ``unsupported`` sentences (those no cited passage supports,
+        as offsets into the answer) and ``grounded`` (whether it cites any source),
+        ``error`` a problem found after streaming began."""
         await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
         _, question = await asyncio.to_thread(
             chat.ask, data.message, data.conversation_id, current_user_id()

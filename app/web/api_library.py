@@ -74,7 +74,8 @@ class ConversationsApi(Controller):
     async def get_conversation(
         self, conversation_id: RowId, services: Services
     ) -> ConversationDetail:
-        """A conversation with its questions and answers (answers with their citations)."""
+        """A conversation with its questions and answers (answers with their citations,
+        their unsupported sentences and whether they are grounded at all)."""
         conversation = await asyncio.to_thread(services.conversations.get, conversation_id)
         if conversation is None:
             raise NotFound("no such conversation")

@@ -28,6 +28,7 @@ from app.state import Services
 from app.web.deps import provide_chat, provide_services
 from app.web.document_views import document_row_template
 from app.web.ui_context import (
+    choose_model,
     cited_documents,
     conversation_list_context,
     library_context,
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 class AskForm(Struct):
     message: str = ""
     conversation_id: str = ""
+    model: str | None = None  # the composer's choice ("": the default); absent: unchanged
 
 
 OptionalRowId = Annotated[int | None, Parameter(ge=1, le=MAX_ROW_ID)]
@@ -135,9 +137,14 @@ class Partials(Controller):
     ) -> Template:
         conversation_id = form_row_id(data.conversation_id)
         await asyncio.to_thread(require_conversation, services.auth, conversation_id)
+        model = None
+        if data.model is not None:  # 400 unless chat offers it
+            model = await asyncio.to_thread(choose_model, services, data.model)
         conversation, question = await asyncio.to_thread(
             chat.ask, data.message, conversation_id, current_user_id()
         )
+        if data.model is not None and conversation.model != model:
+            await asyncio.to_thread(services.conversations.set_model, conversation.id, model)
         return Template(
             "_turn.html",
             context={

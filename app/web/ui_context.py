@@ -10,6 +10,7 @@ from typing import Any
 from app.auth.access import readable_collections, readable_documents, visible_conversation_ids
 from app.auth.scope import current_access
 from app.chat.conversations import Conversation, Message
+from app.chat.local_models import ChatModels
 from app.state import Services
 from retrieval.records import DocumentRecord
 
@@ -73,7 +74,28 @@ def shell_context(services: Services, conversation_id: int | None) -> dict[str, 
         "pinned": conversations.is_pinned(conversation.id) if conversation else False,
         "messages": conversations.messages(conversation.id) if conversation else [],
         "status": status_context(services),
+        **model_context(services, conversation),
     }
+
+
+def served_models(services: Services) -> set[str] | None:
+    """The names the running server can load (None: still starting)."""
+    models = services.models
+    return None if models is None else {*models.names, *models.aliases}
+
+
+def model_context(services: Services, conversation: Conversation | None) -> dict[str, Any]:
+    """The composer's choice of model: those chat offers (the default first) and the one
+    this conversation chose ("" for the default, or one no longer offered)."""
+    offered = ChatModels(services.db, services.settings).offered(served_models(services))
+    chosen = conversation.model if conversation else None
+    names = {m.name for m in offered[1:]}
+    return {"model_choices": offered, "chosen_model": chosen if chosen in names else ""}
+
+
+def choose_model(services: Services, raw: str) -> str | None:
+    """A conversation's choice of model, checked (None: the default; 400 if not offered)."""
+    return ChatModels(services.db, services.settings).choose(raw, served_models(services))
 
 
 def status_context(services: Services) -> dict[str, Any]:

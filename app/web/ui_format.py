@@ -1,9 +1,13 @@
-"""Small Jinja filters for the UI: sizes and times as people read them."""
+"""Small Jinja filters for the UI: sizes and times as people read them, and whether an
+answer is grounded at all."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+
+from app.chat.conversations import Message
+from app.chat.rendering import UNGROUNDED_NOTE, ungrounded
 
 
 def filesize(size: int) -> str:
@@ -29,3 +33,9 @@ def shortdate(timestamp: float) -> str:
 
 def register_filters(filters: dict[str, Any]) -> None:
     filters.update(filesize=filesize, isotime=isotime, shorttime=shorttime, shortdate=shortdate)
+    filters.update(ungrounded_note=ungrounded_note)
+
+
+def ungrounded_note(message: Message) -> str:
+    """The note under an answer that cites no source at all ("" for any other message)."""
+    return UNGROUNDED_NOTE if ungrounded(message) else ""

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from app.config.settings.section import Section, flat_alias
+from llm.models import BUNDLED, DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from llm.local import LocalModelConfig
 
+BundledName = Literal["gemma-3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0"]
 
 
@@ -42,7 +44,12 @@ class GenerationSettings(Section):
         0.0, ge=0.0, le=5.0, description="Pause per token of the 'fake' generator (demos, tests)."
     )
     generator_model: Path | None = Field(
-        None, description="GGUF file; unset = the bundled Gemma 3 270M (Q4_K_M)."
+        None, description="GGUF file of the default model; unset = the bundled model below."
+    )
+    bundled_model: BundledName = Field(
+        DEFAULT_MODEL,
+        description="Bundled model used when generator_model is unset: assembled from its "
+        "pinned packages and checked against its SHA-256 (ragdesk prepare).",
     )
     models: dict[str, ModelEntry] = Field(
         default_factory=dict,
@@ -122,7 +129,14 @@ class GenerationSettings(Section):
         None, ge=1, description="CPU threads for llama.cpp; unset = every CPU Ragdesk may use."
     )
     max_answer_tokens: int = Field(256, ge=1, le=8192, description="Cap on chat answer tokens.")
-    temperature: float = Field(0.2, ge=0.0, le=2.0, description="Chat sampling temperature.")
+    temperature: float = Field(
+        0.0, ge=0.0, le=2.0, description="Chat sampling temperature (0 = greedy)."
+    )
+    withhold_unsupported: bool = Field(
+        True,
+        description="Replace an answer that no cited passage supports anywhere with "
+        "'The documents do not cover this' (it is almost always invented).",
+    )
 
     @property
     def kv_disk_bytes(self) -> int:
@@ -143,3 +157,6 @@ class GenerationSettings(Section):
             kv_disk_bytes=self.kv_disk_bytes,
             **self._shared_with(LocalModelConfig),
         )
+
+
+assert set(BUNDLED) == set(get_args(BundledName)), "BundledName lists llm.models.BUNDLED"

@@ -36,11 +36,19 @@ class SearchSettings(Section):
         1.0, ge=0, le=10, description="Weight of the BM25 ranking in hybrid fusion."
     )
     max_per_document: int = Field(
-        2,
+        0,
         ge=0,
         le=50,
         validation_alias=flat_alias("max_hits_per_document", "max_per_document"),
-        description="Most sources from one document per question (0 = no limit).",
+        description="Most sources from one document per question (0 = no limit; variety "
+        "comes from mmr_lambda).",
+    )
+    mmr_lambda: float = Field(
+        0.85,
+        ge=0.0,
+        le=1.0,
+        description="Maximal marginal relevance: 1 keeps the ranking, lower values trade "
+        "relevance for passages that do not repeat those already chosen.",
     )
     expand_below_chars: int = Field(
         0,
@@ -61,6 +69,13 @@ class SearchSettings(Section):
     )
     rerank_candidates: int = Field(
         20, ge=1, le=200, description="Fused candidates the reranker reorders."
+    )
+    passage_chars: int = Field(
+        0,
+        ge=0,
+        le=20_000,
+        description="Longest source text the chat model reads; a longer one is cut to its "
+        "sentences nearest the question (0 = whole passages).",
     )
 
     def config(self) -> SearchConfig:

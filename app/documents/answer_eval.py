@@ -1,0 +1,135 @@
+"""``ragdesk eval --answers GOLDEN``: ask every golden question through the chat pipeline
+(the same :class:`ChatService` the web chat, ``/api/chat`` and grounded ``/v1`` use) and
+score the answers (:mod:`app.chat.quality`); runs are stored with their model and settings.
+
+The questions are asked in throwaway conversations in a scratch database, so an evaluation
+never adds conversations to the data directory it reads; the index is opened read-only,
+so it can run beside a live server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from app.chat.conversations import Conversations, Message
+from app.chat.quality import AnswerReport, AnswerScore, report, score_answer
+from app.chat.service import ChatService, DoneEvent, TokenEvent
+from app.migrations import open_database
+from retrieval.db import Database
+from retrieval.evaluation import GoldenQuestion
+
+
+async def ask_all(
+    chat: ChatService,
+    questions: Sequence[GoldenQuestion],
+    *,
+    progress: bool = False,
+) -> AnswerReport:
+    """Ask each question in a conversation of its own and score the stored answer. Time to
+    first token counts from the question to the first streamed token (retrieval, prompt
+    and prefill included): what a person waits for."""
+    scores: list[AnswerScore] = []
+    for number, item in enumerate(questions, start=1):
+        _, asked = chat.ask(item.question, None)
+        started = time.perf_counter()
+        first: float | None = None
+        done: DoneEvent | None = None
+        async for event in chat.answer(asked):
+            if isinstance(event, TokenEvent) and first is None and event.text.strip():
+                first = time.perf_counter() - started
+            elif isinstance(event, DoneEvent):
+                done = event
+        total = time.perf_counter() - started
+        assert done is not None, "an answer always ends with its stored message"
+        score = _score(item, done, first, total)
+        scores.append(score)
+        if progress:
+            mark = "offtopic" if item.offtopic else ("ok" if score.correct else "miss")
+            print(f"  [{number}/{len(questions)}] {mark:8} {total:5.1f}s  {item.question}")
+            if mark != "ok":
+                print("      " + " ".join(score.answer.split())[:300])
+    return report(scores)
+
+
+def _score(item: GoldenQuestion, done: DoneEvent, ttft: float | None, total: float) -> AnswerScore:
+    message: Message = done.message
+    shown = {
+        s.citation.chunk_id: s.text for s in (message.context.sources if message.context else ())
+    }
+    cited_texts = [shown.get(c.chunk_id, c.snippet) for c in message.citations]
+    return score_answer(
+        item,
+        message.content,
+        cited_texts,
+        unsupported_sentences=len(message.unsupported),
+        looped=done.looped,
+        ttft_s=ttft,
+        total_s=total,
+    )
+
+
+class ScratchConversations:
+    """Conversations in a temporary database, removed when closed."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="ragdesk-eval-")
+        self.db = open_database(Path(self._dir.name) / "scratch.db")
+        self.conversations = Conversations(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+        self._dir.cleanup()
+
+
+@dataclass(frozen=True)
+class AnswerRun:
+    id: int
+    created_at: float
+    golden: str
+    model: str
+    settings: str
+    questions: int
+    correctness: float | None
+    citation_precision: float | None
+    unsupported: float | None
+    abstention: float | None
+    false_abstention: float | None
+    uncited: float | None
+    empty: int
+    looped: int
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    total_p50_s: float
+    total_p95_s: float
+
+
+def save_answer_run(
+    db: Database, result: AnswerReport, *, golden: Path, model: str, settings: dict[str, object]
+) -> int:
+    row = {
+        "created_at": time.time(),
+        "golden": str(golden),
+        "golden_sha256": hashlib.sha256(golden.read_bytes()).hexdigest(),
+        "model": model,
+        "settings": json.dumps(settings, sort_keys=True),
+        **{k: v for k, v in result.as_dict().items() if k in AnswerRun.__dataclass_fields__},
+        "details": json.dumps([asdict(s) for s in result.scores]),
+    }
+    with db.write() as conn:
+        return int(conn.table("answer_eval_runs").insert(row).last_rowid or 0)
+
+
+def answer_history(db: Database, limit: int = 20) -> list[AnswerRun]:
+    """The latest ``limit`` answer runs, oldest first."""
+    fields = ", ".join(AnswerRun.__dataclass_fields__)
+    rows = db.read().query(
+        f"SELECT {fields} FROM answer_eval_runs ORDER BY id DESC LIMIT ?",  # noqa: S608 - own names
+        [limit],
+    )
+    return [AnswerRun(**row) for row in reversed(list(rows))]
