@@ -1,14 +1,23 @@
-"""Stop degenerate loops: small models sometimes repeat one sentence until max_tokens."""
+"""Stop degenerate loops: small models sometimes repeat one sentence, one heading or one
+phrase until max_tokens."""
 
 from __future__ import annotations
 
 import re
 
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+_LETTERS = re.compile(r"[^\W\d_]")
+LOOP_SPAN = 48  # characters of unbroken repetition that make a loop without sentence ends
+MAX_PERIOD = 32  # the longest repeated unit looked for in such a run
 
 
 class RepetitionGuard:
-    """Fed tokens as they stream; says stop when a completed sentence repeats an earlier one.
+    """Fed tokens as they stream; says stop as soon as the answer loops:
+
+    - a completed sentence or line repeats an earlier one (one of ``min_chars`` or more
+      the first time; a shorter one, such as a heading, the second time);
+    - or the text since the last sentence end ends in one short unit (a word, a phrase)
+      repeated over ``LOOP_SPAN`` characters ("the the the the …").
 
     ``text`` is then the answer up to (not including) the repetition.
     """
@@ -17,7 +26,7 @@ class RepetitionGuard:
         self._min_chars = min_chars
         self._buffer = ""
         self._kept = 0  # characters of the buffer accepted as the answer
-        self._seen: set[str] = set()
+        self._seen: dict[str, int] = {}
         self.repeated = False
 
     @property
@@ -30,9 +39,35 @@ class RepetitionGuard:
         while not self.repeated and (match := _SENTENCE_END.search(self._buffer, self._kept)):
             sentence = self._buffer[self._kept : match.end()]
             key = " ".join(sentence.lower().split())
-            if len(key) >= self._min_chars and key in self._seen:
+            if self._repeats(key):
                 self.repeated = True
             else:
-                self._seen.add(key)
+                self._seen[key] = self._seen.get(key, 0) + 1
                 self._kept = match.end()
+        if not self.repeated and _ends_in_a_loop(self._buffer[self._kept :]):
+            self.repeated = True
         return self.repeated
+
+    def _repeats(self, key: str) -> bool:
+        seen = self._seen.get(key, 0)
+        if len(key) >= self._min_chars:
+            return seen >= 1
+        # A short line (a heading, "Yes.") may come back once; code fences never count.
+        return seen >= 2 and len(_LETTERS.findall(key)) >= 3 and not key.startswith("```")
+
+
+def _ends_in_a_loop(tail: str) -> bool:
+    """Whether ``tail`` ends in a unit of at most ``MAX_PERIOD`` characters repeated over
+    ``LOOP_SPAN`` characters (and at least three times)."""
+    if len(tail) < LOOP_SPAN:
+        return False
+    for period in range(1, MAX_PERIOD + 1):
+        span = max(LOOP_SPAN, 3 * period)
+        if span > len(tail):
+            break
+        unit = tail[-period:]
+        if not any(c.isalnum() for c in unit):
+            continue  # spaces, rules, a table's "| --- |" row: layout, not a loop
+        if tail[-span:] == (unit * (span // period + 1))[-span:]:
+            return True
+    return False

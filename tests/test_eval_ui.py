@@ -7,9 +7,11 @@ from typing import Any
 
 from litestar.testing import TestClient
 
+from app.chat.quality import report, score_answer
+from app.documents.answer_eval import save_answer_run
 from app.web.eval_ui import BUNDLED_GOLDEN
 from retrieval.eval_runs import run_history, save_run
-from retrieval.evaluation import EvalReport
+from retrieval.evaluation import EvalReport, GoldenQuestion
 from tests.conftest import add_user, login, upload, wait_indexed
 
 GUIDE = Path(__file__).resolve().parent.parent / "data" / "samples" / "ragdesk-user-guide.md"
@@ -27,6 +29,25 @@ def test_the_page_lists_stored_runs_newest_first(client: TestClient[Any]) -> Non
     assert page.index("0.750") < page.index("0.250")  # newest first
     assert page.count("samples-golden.jsonl</td>") == 2 and "<td>hr</td>" in page
     assert "<td>1.2</td><td>9.5</td>" in page and "<td>–</td>" in page
+
+
+def test_the_page_lists_answer_runs_with_their_model(client: TestClient[Any]) -> None:
+    assert "No answer runs yet." in client.get("/admin/eval").text
+    factual = GoldenQuestion("When?", document="a.md", answer="1994")
+    offtopic = GoldenQuestion("Capital of Mars?")
+    timing = {"unsupported_sentences": 0, "looped": False, "ttft_s": 1.5, "total_s": 2.5}
+    result = report(
+        [
+            score_answer(factual, "In 1994 [1].", ["in 1994"], **timing),
+            score_answer(offtopic, "The documents do not cover this.", [], **timing),
+        ]
+    )
+    db = client.app.state.services.db
+    run = save_answer_run(db, result, golden=BUNDLED_GOLDEN, model="qwen-test", settings={})
+    row = client.get("/admin/eval").text.split(f'id="answer-run-{run}"')[1].split("</tr>")[0]
+    assert "<td>qwen-test</td>" in row and "<td>2</td>" in row  # model, questions
+    assert row.count("<td>1.000</td>") == 3  # correct, citation precision, declined off-topic
+    assert "<td>1.50</td><td>2.50</td>" in row
 
 
 def test_running_the_bundled_set_stores_a_run_and_shows_it(client: TestClient[Any]) -> None:

@@ -37,3 +37,31 @@ def test_normal_answers_pass_untouched() -> None:
 def test_short_fragments_may_repeat() -> None:
     guard = RepetitionGuard()
     assert not feed_words(guard, "Yes. It is. Yes. It is.")
+
+
+def test_a_short_heading_may_come_back_once_but_not_twice() -> None:
+    guard = RepetitionGuard()
+    assert not feed_words(guard, "## Upload\nChoose a file [1].\n## Upload\nThen wait.\n")
+    assert feed_words(guard, "## Upload\nmore")
+    assert guard.text.strip().endswith("Then wait.")
+
+
+def test_a_phrase_looping_without_sentence_ends_is_cut() -> None:
+    guard = RepetitionGuard()
+    answer = "Supported formats are PDF [1]. The formats are " + "PDF, DOCX, " * 12
+    assert feed_words(guard, answer)
+    assert guard.text.strip() == "Supported formats are PDF [1]."
+
+
+def test_code_fences_and_long_varied_lines_are_not_loops() -> None:
+    guard = RepetitionGuard()
+    text = "Run:\n```\nls\n```\nThen:\n```\npwd\n```\nAnd:\n```\ncd\n```\n" + (
+        "A long sentence without any full stop that keeps going with new words each time "
+        "so that nothing repeats at all in it"
+    )
+    assert not feed_words(guard, text)
+
+
+def test_a_wide_table_rule_is_layout_not_a_loop() -> None:
+    guard = RepetitionGuard()
+    assert not feed_words(guard, "| a | b |\n" + "|---" * 20 + "|\n| 1 | 2 |")

@@ -1,5 +1,7 @@
 """``/admin/eval``: stored retrieval evaluation runs, newest first, and a form that runs one
-(the bundled golden set or an uploaded JSONL) against the server's own retriever."""
+(the bundled golden set or an uploaded JSONL) against the server's own retriever; below
+them the answer-quality runs of ``ragdesk eval --answers`` (minutes of generation each, so
+they run from the command line, not from a request)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from litestar.datastructures import FormMultiDict, UploadFile
 from litestar.response import Template
 
 from app.config.settings import REPO_ROOT
+from app.documents.answer_eval import answer_history
 from app.errors import AppError, NotFound, UnprocessableInput
 from app.state import Services
 from app.web.admin_pages import ADMIN
@@ -41,6 +44,7 @@ def _services(request: Request[Any, Any, Any]) -> Services:
 def _page(services: Services, **extra: Any) -> dict[str, Any]:
     return {
         "runs": run_history(services.db, HISTORY)[::-1],  # newest first
+        "answer_runs": answer_history(services.db, HISTORY)[::-1],
         "collections": services.store.collections(),
         "bundled": BUNDLED_GOLDEN.name,
         "max_k": MAX_K,
