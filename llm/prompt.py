@@ -66,10 +66,10 @@ NO_SOURCES = "(no relevant sources found)"
 # decline with every time (so "not covered" is easy to recognise, and never invented).
 DECLINE = "The documents do not cover this."
 CHAT_INSTRUCTIONS = (
-    "You answer staff questions from the numbered sources given with each question. "
+    "You answer staff questions using the numbered sources given with each question. "
     "Answer briefly, in one to three sentences, with the facts the sources give, and put "
-    "the source's number after each fact, like [1]. If none of the sources answers the "
-    f'question, say "{DECLINE}" and nothing else.'
+    "the source's number after each fact, like [1]. When the sources do not contain the "
+    "answer, say that the documents do not cover it."
 )
 
 

@@ -6,9 +6,11 @@ A golden set is JSONL, one question per line::
 
 ``document`` (a filename or title) and ``passage`` (a string inside the passage) say which
 hits are relevant; without ``passage``, ``answer`` plays its part. ``answers`` may list
-other correct forms of the answer. A line with none of ``document``, ``passage`` and
-``answer`` is an *off-topic* question, which the documents do not answer: retrieval
-evaluation leaves it out, answer evaluation expects the assistant to decline it. Answer
+other correct forms of the answer, and ``reference`` (a list) what a correct generated
+answer contains when ``answer`` only locates the passage. A line with none of
+``document``, ``passage`` and ``answer`` is an *off-topic* question, which the documents
+do not answer: retrieval evaluation leaves it out, answer evaluation expects the
+assistant to decline it. Answer
 containment asks only whether any retrieved passage contains the ``answer`` string. All
 string comparisons ignore case.
 """
@@ -38,6 +40,8 @@ class GoldenQuestion:
     passage: str | None = None
     answer: str | None = None
     alternatives: tuple[str, ...] = ()  # other correct forms of ``answer``
+    reference: tuple[str, ...] = ()  # what a correct *answer* contains, when ``answer``
+    # locates the passage rather than answering ("39 degrees of latitude" for "Chile")
 
     @property
     def offtopic(self) -> bool:
@@ -48,6 +52,11 @@ class GoldenQuestion:
     def answers(self) -> tuple[str, ...]:
         """Every correct form of the answer (none for a question without one)."""
         return ((self.answer,) if self.answer is not None else ()) + self.alternatives
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """What a correct generated answer contains: ``reference`` if given, else the answers."""
+        return self.reference or self.answers
 
     def is_relevant(self, hit: Hit, filename: str) -> bool:
         if self.document is not None and self.document.lower() not in (
@@ -92,14 +101,20 @@ def _question(number: int, line: str) -> GoldenQuestion:
     question = values.pop("question")
     if question is None:
         raise GoldenSetError(f"line {number}: 'question' is missing")
-    alternatives = row.get("answers", [])
-    if not isinstance(alternatives, list) or not all(
-        isinstance(a, str) and a.strip() for a in alternatives
-    ):
-        raise GoldenSetError(f"line {number}: 'answers' must be a list of non-empty strings")
-    if alternatives and values["answer"] is None:
-        raise GoldenSetError(f"line {number}: 'answers' lists alternatives to an 'answer'")
-    return GoldenQuestion(question, **values, alternatives=tuple(alternatives))
+    alternatives = _strings(row, "answers", number)
+    reference = _strings(row, "reference", number)
+    if (alternatives or reference) and values["answer"] is None:
+        raise GoldenSetError(f"line {number}: 'answers' and 'reference' go with an 'answer'")
+    return GoldenQuestion(
+        question, **values, alternatives=tuple(alternatives), reference=tuple(reference)
+    )
+
+
+def _strings(row: dict[str, object], key: str, number: int) -> tuple[str, ...]:
+    value = row.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise GoldenSetError(f"line {number}: {key!r} must be a list of non-empty strings")
+    return tuple(value)
 
 
 def ranking_metrics(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[str, float]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.migrations import open_database
 from retrieval.bulk import BulkIngest
 from retrieval.eval_runs import run_history, save_run
 from retrieval.evaluation import (
@@ -42,7 +43,7 @@ def test_a_question_without_document_passage_or_answer_is_off_topic(tmp_path: Pa
         ("{not json", "line 1: not JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"document": "a.md"}', "'question' is missing"),
-        ('{"question": "why?", "answers": ["x"]}', "lists alternatives to an 'answer'"),
+        ('{"question": "why?", "answers": ["x"]}', "'answers' and 'reference' go with an 'answer'"),
         ('{"question": "why?", "answer": "x", "answers": "y"}', "'answers' must be a list"),
         ('{"question": "why?", "answer": 42}', "'answer' must be a non-empty string"),
         ('{"question": "  ", "answer": "x"}', "'question' must be a non-empty string"),
@@ -147,3 +148,40 @@ def test_bundled_golden_set_with_the_real_embedder(tmp_path: Path) -> None:
     assert report.recall >= 0.85, report.results
     assert report.mrr >= 0.6
     assert report.answer_containment is not None and report.answer_containment >= 0.85
+
+
+def test_eval_answers_asks_through_chat_stores_the_run_and_lists_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the CLI, with the fake embedder and the fake generator (which quotes the
+    first source): every answer is grounded, the run is stored with its model, the data
+    directory gains no conversation."""
+    monkeypatch.setenv("RAGDESK_EMBEDDER_BACKEND", "fake")
+    monkeypatch.setenv("RAGDESK_GENERATOR_BACKEND", "fake")
+    data = tmp_path / "data"
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(GOLDEN.read_text() + '{"question": "Who painted the Mona Lisa?"}\n')
+
+    def ragdesk(*argv: str) -> int:
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--data-dir", str(data)])
+        return int(exit_.value.code or 0)
+
+    assert ragdesk("ingest", str(SAMPLES)) == 0
+    capsys.readouterr()
+    assert ragdesk("eval", "--answers", str(golden), "--model", "nope") == 2
+    assert "no model 'nope'" in capsys.readouterr().err
+    assert ragdesk("eval", "--answers", str(golden)) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out[out.index("{") :])
+    assert (report["questions"], report["factual"], report["offtopic"]) == (15, 14, 1)
+    assert report["model"] == "fake" and report["empty"] == 0
+    assert 0 <= report["correctness"] <= 1 and report["ttft_p50_s"] is not None
+    assert ragdesk("eval", "--answers", "--history") == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 3 and "| fake | 15 |" in table[2]
+    db = open_database(data / "ragdesk.db")
+    try:
+        assert db.read().execute("SELECT count(*) FROM conversations").fetchone()[0] == 0
+    finally:
+        db.close()

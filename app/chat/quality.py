@@ -2,8 +2,8 @@
 
 - **correct**: a reference answer (any of its forms) is contained in the answer, both
   normalised (case, punctuation, articles, spacing, citation markers);
-- **citation precision**: of the passages the answer cites, the share that contain a
-  reference answer;
+- **citation precision**: of the passages the answer cites, the share that contain the
+  golden answer (or its reference);
 - **unsupported**: the answer has a sentence no source supports (``llm.support``);
 - **abstained**: the answer declines ("not in the documents") instead of answering, the
   right thing for an off-topic question and a miss for a factual one;
@@ -70,14 +70,15 @@ def score_answer(
     total_s: float,
 ) -> AnswerScore:
     empty = answer.strip() in EMPTY_ANSWERS
-    references = item.answers
+    references = item.references
+    located = item.answers + item.reference  # a cited passage may hold either
     return AnswerScore(
         question=item.question,
         offtopic=item.offtopic,
         answer=answer,
         correct=None if item.offtopic else (not empty and contains(answer, references)),
         cited=len(cited_texts),
-        cited_with_answer=sum(contains(t, references) for t in cited_texts) if references else 0,
+        cited_with_answer=sum(contains(t, located) for t in cited_texts) if located else 0,
         unsupported_sentences=unsupported_sentences,
         abstained=not empty and declines(answer),
         empty=empty,

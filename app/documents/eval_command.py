@@ -121,6 +121,7 @@ def _evaluate_answers(settings: Settings, db: Database, golden: Path, *, model: 
     from app.config.search_stages import reranker
     from app.documents.answer_eval import ScratchConversations, ask_all, save_answer_run
     from app.metrics import Metrics
+    from llm.params import UnknownModel
     from retrieval.evaluation import GoldenSetError, load_golden
     from retrieval.search import Retriever
     from retrieval.store import DocumentStore
@@ -136,8 +137,10 @@ def _evaluate_answers(settings: Settings, db: Database, golden: Path, *, model: 
     retriever = Retriever(embedder, index, store, settings.search.config(), reranker(settings))
     registry = build_registry(settings, Metrics(lambda: [], lambda: None))
     config = ChatConfig.from_settings(settings, model)
-    if config.model not in registry.names:
-        known = ", ".join(registry.names)
+    try:
+        registry.resolve(config.model)
+    except UnknownModel:
+        known = ", ".join([*registry.names, *registry.aliases])
         print(f"ragdesk eval: no model {config.model!r} (there are: {known})", file=sys.stderr)
         registry.close()
         return 2
@@ -169,37 +172,65 @@ def answer_settings(settings: Settings) -> dict[str, object]:
 
 
 def _print_answer_history(runs: list[AnswerRun]) -> None:
-    print(
-        "| run | when (UTC) | golden | model | questions | correct | cited precision "
-        "| unsupported | abstained (off-topic) | empty | looped | TTFT p50 s | total p50 s |"
+    header = "run|when (UTC)|golden|model|questions|correct|cited precision|unsupported"
+    header += "|abstained (off-topic)|empty|looped|TTFT p50 s|total p50 s"
+    _print_table(
+        header,
+        [
+            [
+                *_first_columns(run.id, run.created_at, run.golden),
+                run.model,
+                str(run.questions),
+                _share(run.correctness),
+                _share(run.citation_precision),
+                _share(run.unsupported),
+                _share(run.abstention),
+                str(run.empty),
+                str(run.looped),
+                _share(run.ttft_p50_s, 2),
+                f"{run.total_p50_s:.2f}",
+            ]
+            for run in runs
+        ],
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for run in runs:
-        when = datetime.datetime.fromtimestamp(run.created_at, datetime.UTC)
-        print(
-            f"| {run.id} | {when:%Y-%m-%d %H:%M} | {Path(run.golden).name} | {run.model} | "
-            f"{run.questions} | {_share(run.correctness)} | {_share(run.citation_precision)} | "
-            f"{_share(run.unsupported)} | {_share(run.abstention)} | {run.empty} | "
-            f"{run.looped} | {_share(run.ttft_p50_s, 2)} | {run.total_p50_s:.2f} |"
-        )
+
+
+def _print_history(runs: list[EvalRun]) -> None:
+    header = "run|when (UTC)|golden|collection|k|mode|questions|recall@k|MRR|answer found"
+    header += "|p50 ms|p95 ms"
+    _print_table(
+        header,
+        [
+            [
+                *_first_columns(run.id, run.created_at, run.golden),
+                run.collection or "all",
+                str(run.k),
+                run.mode,
+                str(run.questions),
+                f"{run.recall:.3f}",
+                f"{run.mrr:.3f}",
+                _share(run.answer_containment),
+                f"{run.latency_p50_ms:.1f}",
+                f"{run.latency_p95_ms:.1f}",
+            ]
+            for run in runs
+        ],
+    )
+
+
+def _first_columns(run_id: int, created_at: float, golden: str) -> list[str]:
+    when = datetime.datetime.fromtimestamp(created_at, datetime.UTC)
+    return [str(run_id), f"{when:%Y-%m-%d %H:%M}", Path(golden).name]
+
+
+def _print_table(header: str, rows: list[list[str]]) -> None:
+    """A Markdown table: ``header`` is the column names joined by ``|``."""
+    names = header.split("|")
+    print("| " + " | ".join(names) + " |")
+    print("|" + " --- |" * len(names))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
 
 
 def _share(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _print_history(runs: list[EvalRun]) -> None:
-    print(
-        "| run | when (UTC) | golden | collection | k | mode | questions | recall@k | MRR "
-        "| answer found | p50 ms | p95 ms |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for run in runs:
-        when = datetime.datetime.fromtimestamp(run.created_at, datetime.UTC)
-        containment = "–" if run.answer_containment is None else f"{run.answer_containment:.3f}"
-        print(
-            f"| {run.id} | {when:%Y-%m-%d %H:%M} | {Path(run.golden).name} | "
-            f"{run.collection or 'all'} | {run.k} | {run.mode} | {run.questions} | "
-            f"{run.recall:.3f} | {run.mrr:.3f} | {containment} | {run.latency_p50_ms:.1f} | "
-            f"{run.latency_p95_ms:.1f} |"
-        )
