@@ -40,6 +40,9 @@ from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
 
+_Checked = tuple[tuple[Citation, ...], tuple[Unsupported, ...]]  # what an answer cites, and
+# which of its sentences no source supports
+
 
 @dataclass(frozen=True)
 class ChatConfig:
@@ -152,7 +155,7 @@ class ChatService:
                     yield event
         except StopRequested:  # the Stop button: store what was said and show it at once
             partial, progress.partial = progress.partial or "", None
-            stored = await self._save(question, stopped_text(partial), (), progress)
+            stored = await self._save(question, stopped_text(partial), progress)
             yield DoneEvent(stored)
         finally:
             self.running.forget(question.id)
@@ -190,7 +193,7 @@ class ChatService:
         reconnect in between cannot start a second generation."""
         text = f"{partial} …(stopped)" if partial else "(stopped)"
         future = asyncio.get_running_loop().run_in_executor(
-            None, self._store, question, text, (), progress
+            None, self._store, question, text, progress
         )
 
         def stored(done: asyncio.Future[Message]) -> None:
@@ -206,7 +209,7 @@ class ChatService:
         hits = await asyncio.to_thread(self.retrieve, question.content)
         if not hits:
             yield TokenEvent(NOTHING_FOUND)
-            yield DoneEvent(await self._save(question, NOTHING_FOUND, (), progress))
+            yield DoneEvent(await self._save(question, NOTHING_FOUND, progress))
             return
         key = f"conversation:{question.conversation_id}"
         model = await asyncio.to_thread(self.model_for, question.conversation_id)
@@ -249,7 +252,7 @@ class ChatService:
             guard.text, withhold=self.config.withhold_unsupported
         )
         progress.context = _context(grounding, guard.text)
-        stored = await self._save(question, answer or NO_ANSWER, citations, progress, unsupported)
+        stored = await self._save(question, answer or NO_ANSWER, progress, (citations, unsupported))
         yield DoneEvent(stored, looped=guard.repeated)
 
     def model_for(self, conversation_id: int) -> str:
@@ -289,25 +292,14 @@ class ChatService:
             raise from_engine(exc) from exc  # its status (400), not the stream's 500
 
     async def _save(
-        self,
-        question: Message,
-        answer: str,
-        citations: tuple[Citation, ...],
-        progress: _Progress,
-        unsupported: tuple[Unsupported, ...] = (),
+        self, question: Message, answer: str, progress: _Progress, checked: _Checked = ((), ())
     ) -> Message:
-        return await asyncio.to_thread(
-            self._store, question, answer, citations, progress, unsupported
-        )
+        return await asyncio.to_thread(self._store, question, answer, progress, checked)
 
     def _store(
-        self,
-        question: Message,
-        answer: str,
-        citations: tuple[Citation, ...],
-        progress: _Progress,
-        unsupported: tuple[Unsupported, ...] = (),
+        self, question: Message, answer: str, progress: _Progress, checked: _Checked = ((), ())
     ) -> Message:
+        citations, unsupported = checked
         stored = self.conversations.add_answer(
             question, answer, citations, progress.context, unsupported
         )
