@@ -13,7 +13,9 @@ from collections.abc import Collection, Sequence
 from llm.prompt import Source
 
 MARKER = re.compile(r"\[(\d{1,3})\]")
-SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+# A sentence ends at . ! ? before a space or the end, or at a line break: "22.5 hours" and
+# "e.g. this" stay whole (a marker must never land inside a number).
+SENTENCE = re.compile(r"[^\n]+?(?:[.!?]+(?=\s|$)|(?=\n)|$)")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOPWORDS = frozenset(
     [

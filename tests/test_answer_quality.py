@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.chat.answering import WITHHELD, _nothing_else
+from app.chat.answering import WITHHELD, _nothing_else, says_something
 from app.chat.quality import contains, normalise, report, score_answer
 from llm.prompt import Source
 from llm.support import declines, unsupported_sentences
@@ -47,6 +47,14 @@ def test_declining_and_very_short_sentences_are_never_flagged() -> None:
     assert unsupported_sentences("Yes.", SOURCES) == []
     assert declines("I could not find anything about that in the documents.")
     assert not declines("The office opens at 8:00 [1].")
+
+
+def test_an_answer_of_markers_only_says_nothing() -> None:
+    assert not says_something(" [1] . [2]")
+    assert not says_something("")
+    assert says_something("In 1994 [1].")
+    factual = GoldenQuestion("When?", document="a.md", answer="1994")
+    assert score_answer(factual, "[1]", [], **_timing(1.0)).empty
 
 
 def test_an_answer_nothing_supports_is_withheld_but_a_partly_supported_one_is_not() -> None:

@@ -29,3 +29,9 @@ def test_existing_markers_are_kept_and_unrelated_text_left_alone() -> None:
 
 def test_no_sources_means_no_change() -> None:
     assert attribute("Anything at all.", []) == "Anything at all."
+
+
+def test_a_marker_never_lands_inside_a_number() -> None:
+    sources = [Source(1, "Flexitime", 1, "You may hold at most 22.5 hours of TOIL at any time.")]
+    answered = attribute("You may hold at most 22.5 hours of TOIL.", sources)
+    assert answered == "You may hold at most 22.5 hours of TOIL [1]."

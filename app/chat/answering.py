@@ -98,9 +98,11 @@ class Grounding:
         self, text: str, *, withhold: bool = True
     ) -> tuple[str, tuple[Citation, ...], tuple[Unsupported, ...]]:
         """The generated text as the reader gets it: cited (:meth:`cite`), its unsupported
-        sentences found, and, when ``withhold`` and no sentence of it is supported, replaced
-        by :data:`WITHHELD`."""
+        sentences found; :data:`NO_ANSWER` when it says nothing (no words, only markers),
+        and, when ``withhold`` and no sentence of it is supported, :data:`WITHHELD`."""
         answer, citations = self.cite(text)
+        if not says_something(answer):  # nothing, or only markers and punctuation ("[1]")
+            return NO_ANSWER, (), ()
         unsupported = self.unsupported(answer)
         if withhold and unsupported and _nothing_else(answer, unsupported):
             return WITHHELD, (), ()
@@ -120,3 +122,8 @@ def _nothing_else(answer: str, unsupported: tuple[Unsupported, ...]) -> bool:
     rest.append(answer[cursor:])
     left = MARKER.sub(" ", "".join(rest))
     return len(content_words(left)) < MIN_WORDS and not declines(answer)
+
+
+def says_something(answer: str) -> bool:
+    """Whether an answer has any words once its citation markers are left out."""
+    return any(c.isalnum() for c in MARKER.sub("", answer))

@@ -18,7 +18,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.chat.answering import NO_ANSWER
+from app.chat.answering import NO_ANSWER, says_something
 from llm.citations import MARKER
 from llm.support import declines
 from retrieval.evaluation import GoldenQuestion, percentile
@@ -69,7 +69,7 @@ def score_answer(
     ttft_s: float | None,
     total_s: float,
 ) -> AnswerScore:
-    empty = answer.strip() in EMPTY_ANSWERS
+    empty = answer.strip() in EMPTY_ANSWERS or not says_something(answer)
     references = item.references
     located = item.answers + item.reference  # a cited passage may hold either
     return AnswerScore(

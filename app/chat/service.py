@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from app.chat.answering import MAX_QUESTION_CHARS, NO_ANSWER, NOTHING_FOUND, Grounding
+from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.conversations import (
     Citation,
     Conversation,
@@ -252,7 +252,7 @@ class ChatService:
             guard.text, withhold=self.config.withhold_unsupported
         )
         progress.context = _context(grounding, guard.text)
-        stored = await self._save(question, answer or NO_ANSWER, progress, (citations, unsupported))
+        stored = await self._save(question, answer, progress, (citations, unsupported))
         yield DoneEvent(stored, looped=guard.repeated)
 
     def model_for(self, conversation_id: int) -> str:
