@@ -27,8 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from app.chat.quality import AnswerReport
 from app.chat.service import ChatConfig, ChatService
 from app.config.models import build_registry
-from app.config.retrieval import build_embedder, open_vector_index
-from app.config.search_stages import reranker
+from app.config.retrieval import read_only_retriever
 from app.config.settings import Settings
 from app.documents.answer_eval import ScratchConversations, ask_all
 from app.documents.ingest_command import run_ingest
@@ -36,7 +35,6 @@ from app.metrics import Metrics
 from app.migrations import open_database
 from llm.models import BUNDLED, DEFAULT_MODEL, SMALL_MODEL, bundled_model
 from retrieval.evaluation import GoldenQuestion, load_golden
-from retrieval.search import Retriever
 from retrieval.store import DocumentStore
 
 DATA = Path(__file__).parent / "data"
@@ -58,10 +56,7 @@ def evaluate(
         data_dir=data_dir, generator_model=bundled_model(MODELS_DIR, model), **overrides
     )
     db = open_database(settings.db_path)
-    store = DocumentStore(db)
-    embedder = build_embedder(settings)
-    index, _ = open_vector_index(settings, store, embedder, read_only=True)
-    retriever = Retriever(embedder, index, store, settings.search.config(), reranker(settings))
+    retriever = read_only_retriever(settings, DocumentStore(db))
     registry = build_registry(settings, Metrics(lambda: [], lambda: None))
     scratch = ScratchConversations()
     try:

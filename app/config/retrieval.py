@@ -14,6 +14,7 @@ from retrieval.embedder import (
     model_id,
 )
 from retrieval.index import FaissIndex
+from retrieval.search import Retriever
 from retrieval.store import DocumentStore
 from retrieval.vector_sync import SyncReport, open_index
 
@@ -52,3 +53,14 @@ def open_vector_index(
         spec=settings.index.spec(),
         checkpoint=not read_only,
     )
+
+
+def read_only_retriever(settings: Settings, store: DocumentStore) -> Retriever:
+    """A retriever over the data directory's index opened read-only, for the evaluations:
+    a running server owns the index files (its checkpoints may be layered over a
+    memory-mapped base that a checkpoint from here would delete)."""
+    from app.config.search_stages import reranker
+
+    embedder = build_embedder(settings)
+    index, _ = open_vector_index(settings, store, embedder, read_only=True)
+    return Retriever(embedder, index, store, settings.search.config(), reranker(settings))

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from app.documents.answer_eval import AnswerRun
     from retrieval.db import Database
     from retrieval.eval_runs import EvalRun
+    from retrieval.evaluation import GoldenQuestion
 
 
 def run_eval(
@@ -61,17 +62,13 @@ def run_eval(
 def _evaluate(
     settings: Settings, db: Database, golden: Path, *, collection: str | None, k: int
 ) -> int:
-    from app.config.retrieval import build_embedder, open_vector_index
-    from app.config.search_stages import reranker
+    from app.config.retrieval import read_only_retriever
     from retrieval.eval_runs import save_run
-    from retrieval.evaluation import GoldenSetError, evaluate, load_golden
-    from retrieval.search import Retriever
+    from retrieval.evaluation import evaluate
     from retrieval.store import DocumentStore
 
-    try:
-        questions = load_golden(golden)
-    except GoldenSetError as exc:
-        print(f"ragdesk eval: {exc}", file=sys.stderr)
+    questions = _golden(golden)
+    if questions is None:
         return 2
     store = DocumentStore(db)
     collection_ids = None
@@ -84,13 +81,9 @@ def _evaluate(
             )
             return 2
         collection_ids = found
-    embedder = build_embedder(settings)
-    # Read only: a running server owns the index files (its checkpoints may be layered
-    # over a memory-mapped base that a checkpoint from here would delete).
-    index, _ = open_vector_index(settings, store, embedder, read_only=True)
-    config = settings.search.config()
+    retriever = read_only_retriever(settings, store)
     report = evaluate(
-        Retriever(embedder, index, store, config, reranker(settings)),
+        retriever,
         store,
         questions,
         k=k,
@@ -103,7 +96,7 @@ def _evaluate(
         golden=golden,
         collection=collection,
         mode=settings.search.mode,
-        model_id=embedder.model_id,
+        model_id=retriever.embedder.model_id,
     )
     for result in report.results:
         if result.rank is None:
@@ -117,24 +110,16 @@ def _evaluate_answers(settings: Settings, db: Database, golden: Path, *, model: 
 
     from app.chat.service import ChatConfig, ChatService
     from app.config.models import build_registry
-    from app.config.retrieval import build_embedder, open_vector_index
-    from app.config.search_stages import reranker
+    from app.config.retrieval import read_only_retriever
     from app.documents.answer_eval import ScratchConversations, ask_all, save_answer_run
     from app.metrics import Metrics
     from llm.params import UnknownModel
-    from retrieval.evaluation import GoldenSetError, load_golden
-    from retrieval.search import Retriever
     from retrieval.store import DocumentStore
 
-    try:
-        questions = load_golden(golden)
-    except GoldenSetError as exc:
-        print(f"ragdesk eval: {exc}", file=sys.stderr)
+    questions = _golden(golden)
+    if questions is None:
         return 2
-    store = DocumentStore(db)
-    embedder = build_embedder(settings)
-    index, _ = open_vector_index(settings, store, embedder, read_only=True)
-    retriever = Retriever(embedder, index, store, settings.search.config(), reranker(settings))
+    retriever = read_only_retriever(settings, DocumentStore(db))
     registry = build_registry(settings, Metrics(lambda: [], lambda: None))
     config = ChatConfig.from_settings(settings, model)
     try:
@@ -157,6 +142,17 @@ def _evaluate_answers(settings: Settings, db: Database, golden: Path, *, model: 
     )
     print(json.dumps({"run": run_id, "model": served, **result.as_dict()}, indent=2))
     return 0
+
+
+def _golden(golden: Path) -> list[GoldenQuestion] | None:
+    """The golden set, or None once the reason it cannot be used is printed."""
+    from retrieval.evaluation import GoldenSetError, load_golden
+
+    try:
+        return load_golden(golden)
+    except GoldenSetError as exc:
+        print(f"ragdesk eval: {exc}", file=sys.stderr)
+        return None
 
 
 def answer_settings(settings: Settings) -> dict[str, object]:
