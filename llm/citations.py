@@ -14,8 +14,9 @@ from llm.prompt import Source
 
 MARKER = re.compile(r"\[(\d{1,3})\]")
 # A sentence ends at . ! ? before a space or the end, or at a line break: "22.5 hours" and
-# "e.g. this" stay whole (a marker must never land inside a number).
-SENTENCE = re.compile(r"[^\n]+?(?:[.!?]+(?=\s|$)|(?=\n)|$)")
+# "e.g. this" stay whole (a marker must never land inside a number), and markers right
+# after the full stop ("... in 1994. [2]") belong to the sentence before them.
+SENTENCE = re.compile(r"[^\n]+?(?:[.!?]+(?:\s*\[\d{1,3}\])*(?=\s|$)|(?=\n)|$)")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOPWORDS = frozenset(
     [

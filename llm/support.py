@@ -19,20 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from llm.citations import MARKER, content_words
+from llm.citations import MARKER, SENTENCE, content_words
 from llm.prompt import Source
 
-# A sentence ends at . ! ? followed by a space or the end, or at a line break (so "3.5"
-# and "e.g. this" stay whole, and list items are sentences of their own); markers right
-# after the full stop ("... in 1994. [2]") belong to the sentence before them.
-_SENTENCE = re.compile(r"[^\n]+?(?:[.!?](?:\s*\[\d{1,3}\])*(?=\s|$)|(?=\n)|$)")
 _FENCED = re.compile(r"^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 _LIST_MARK = re.compile(r"\s*(?:\d{1,3}[.)]|[-*•])\s*")
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 _DECLINES = re.compile(
-    r"\b(?:not (?:in|covered|mentioned|stated|found|given|provided)|do(?:es)? not (?:cover|"
-    r"mention|say|contain|state|include|provide)|don't (?:cover|mention|say|know)|no (?:"
-    r"information|mention|source)|cannot (?:answer|find)|could not find|couldn't find)\b",
+    r"\b(?:(?:documents?|sources?|passages?|context)\b[^.\n]{0,40}?\b(?:do(?:es)? not|don't|"
+    r"doesn't|cannot|can't)\b|not (?:in|covered|mentioned|stated|found|given|provided) (?:in|by) "
+    r"the (?:documents?|sources?|passages?)|could not find anything|couldn't find anything)",
     re.IGNORECASE,
 )
 MIN_WORDS = 3  # shorter sentences ("Yes.", "In 1972 [2].") carry too little to judge
@@ -53,7 +49,7 @@ def unsupported_sentences(answer: str, sources: Mapping[int, Source]) -> list[Un
     """The sentences of ``answer`` that the ``sources`` (by number) do not support."""
     found = []
     code = [m.span() for m in _FENCED.finditer(answer)]
-    for match in _SENTENCE.finditer(answer):
+    for match in SENTENCE.finditer(answer):
         sentence = match.group(0).strip()
         if not sentence or declines(sentence):
             continue
@@ -89,7 +85,7 @@ def _cited(sentence: str) -> list[int]:
 
 def _covered(words: set[str], numbers: set[str], cited: list[Source]) -> bool:
     text = " ".join(f"{s.title} {s.text}" for s in cited)
-    if any(number not in text for number in numbers):
+    if not numbers <= set(_NUMBER.findall(text)):  # whole numbers: "15" is not in "150"
         return False
     if not words:
         return True

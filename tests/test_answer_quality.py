@@ -141,3 +141,17 @@ def test_mmr_lets_a_near_copy_give_way_but_keeps_distinct_passages_of_one_docume
 
 def _hit(chunk_id: int, document_id: int, text: str, score: float) -> Hit:
     return Hit(chunk_id, document_id, "Doc", 1, 0, len(text), text, score)
+
+
+def test_numbers_are_compared_whole_and_claims_with_not_are_no_declines() -> None:
+    source = {1: Source(1, "Office", 1, "The office opens at 150 visitors a day.")}
+    assert unsupported_sentences("The office takes 15 visitors a day [1].", source)
+    assert not declines("The office is not in Berlin; it moved to Munich in 2019.")
+    assert declines("This is not mentioned in the documents.")
+
+
+def test_a_line_without_a_reference_is_left_out_of_correctness() -> None:
+    located = GoldenQuestion("Where?", document="a.md")
+    score = score_answer(located, "Somewhere [1].", ["Somewhere"], **_timing(0.5))
+    assert score.correct is None
+    assert report([score]).correctness is None

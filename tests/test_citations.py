@@ -35,3 +35,9 @@ def test_a_marker_never_lands_inside_a_number() -> None:
     sources = [Source(1, "Flexitime", 1, "You may hold at most 22.5 hours of TOIL at any time.")]
     answered = attribute("You may hold at most 22.5 hours of TOIL.", sources)
     assert answered == "You may hold at most 22.5 hours of TOIL [1]."
+
+
+def test_a_marker_after_the_full_stop_counts_for_its_sentence() -> None:
+    sources = [Source(1, "Office", 1, "The office opens at 8:00 on weekdays.")]
+    text = "The office opens at 8:00 on weekdays. [2] Parking is free."
+    assert attribute(text, sources) == text

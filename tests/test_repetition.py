@@ -65,3 +65,12 @@ def test_code_fences_and_long_varied_lines_are_not_loops() -> None:
 def test_a_wide_table_rule_is_layout_not_a_loop() -> None:
     guard = RepetitionGuard()
     assert not feed_words(guard, "| a | b |\n" + "|---" * 20 + "|\n| 1 | 2 |")
+
+
+def test_code_and_table_rows_may_repeat() -> None:
+    guard = RepetitionGuard()
+    code = (
+        "```\nif a:\n    x()\nelse:\n    y()\nif b:\n    x()\nelse:\n    y()\nif c:\nelse:\n```\n"
+    )
+    table = "| Open | yes | yes | yes | yes | yes | yes | yes | yes | yes | yes |\n"
+    assert not feed_words(guard, code + table + table.replace("Open", "Shut") + "Done.")

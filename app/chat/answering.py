@@ -120,7 +120,7 @@ def _nothing_else(answer: str, unsupported: tuple[Unsupported, ...]) -> bool:
         rest.append(answer[cursor : span.start])
         cursor = span.end
     rest.append(answer[cursor:])
-    left = MARKER.sub(" ", "".join(rest))
+    left = MARKER.sub(" ", " ".join(rest))
     return len(content_words(left)) < MIN_WORDS and not declines(answer)
 
 

@@ -76,7 +76,8 @@ def score_answer(
         question=item.question,
         offtopic=item.offtopic,
         answer=answer,
-        correct=None if item.offtopic else (not empty and contains(answer, references)),
+        # None: off-topic, or a line that names the passage but gives no answer to check
+        correct=None if not references else (not empty and contains(answer, references)),
         cited=len(cited_texts),
         cited_with_answer=sum(contains(t, located) for t in cited_texts) if located else 0,
         unsupported_sentences=unsupported_sentences,
@@ -93,7 +94,7 @@ class AnswerReport:
     questions: int
     factual: int
     offtopic: int
-    correctness: float | None  # share of factual questions answered correctly
+    correctness: float | None  # share of factual questions (with a reference) answered right
     citation_precision: float | None  # over the passages factual answers cite
     unsupported: float  # share of answers with an unsupported sentence
     abstention: float | None  # share of off-topic questions declined
@@ -115,7 +116,8 @@ class AnswerReport:
 def report(scores: Sequence[AnswerScore]) -> AnswerReport:
     factual = [s for s in scores if not s.offtopic]
     offtopic = [s for s in scores if s.offtopic]
-    cited = sum(s.cited for s in factual)
+    checked = [s for s in factual if s.correct is not None]  # lines with a reference
+    cited = sum(s.cited for s in checked)
     answered = [s for s in factual if not s.empty]
     ttfts = [s.ttft_s for s in scores if s.ttft_s is not None]
     totals = [s.total_s for s in scores]
@@ -123,8 +125,8 @@ def report(scores: Sequence[AnswerScore]) -> AnswerReport:
         questions=len(scores),
         factual=len(factual),
         offtopic=len(offtopic),
-        correctness=_share([bool(s.correct) for s in factual]),
-        citation_precision=sum(s.cited_with_answer for s in factual) / cited if cited else None,
+        correctness=_share([bool(s.correct) for s in checked]),
+        citation_precision=sum(s.cited_with_answer for s in checked) / cited if cited else None,
         unsupported=_share([s.unsupported_sentences > 0 for s in scores]) or 0.0,
         abstention=_share([s.abstained for s in offtopic]),
         false_abstention=_share([s.abstained for s in factual]),

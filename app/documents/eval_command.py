@@ -37,6 +37,9 @@ def run_eval(
     if k < 1:
         print("ragdesk eval: --k must be at least 1", file=sys.stderr)
         return 2
+    if answers and collection is not None:
+        print("ragdesk eval: --collection applies to retrieval evaluation only", file=sys.stderr)
+        return 2
     if not settings.db_path.exists():
         print(f"ragdesk eval: no Ragdesk database in {settings.server.data_dir}", file=sys.stderr)
         return 2
