@@ -76,12 +76,13 @@ def row(name: str, model: str, result: AnswerReport) -> str:
 
     ttft = "–" if result.ttft_p50_s is None else f"{result.ttft_p50_s:.2f}"
     ttft95 = "–" if result.ttft_p95_s is None else f"{result.ttft_p95_s:.2f}"
+    prefilled = "–" if result.prefilled_tokens_p50 is None else f"{result.prefilled_tokens_p50:.0f}"
     return (
         f"| {name} | {model} | {result.factual}+{result.offtopic} | "
         f"**{share(result.correctness)}** | {share(result.citation_precision)} | "
         f"{share(result.unsupported)} | {share(result.abstention)} | "
         f"{share(result.false_abstention)} | {result.empty} | {result.looped} | "
-        f"{ttft} / {ttft95} | {result.total_p50_s:.2f} |"
+        f"{ttft} / {ttft95} | {prefilled} | {result.total_p50_s:.2f} |"
     )
 
 
@@ -126,9 +127,9 @@ def main() -> None:
     print(
         "\n| set | model | questions (factual+off-topic) | correct | cited precision "
         "| unsupported | abstained off-topic | declined factual | empty | looped "
-        "| TTFT p50 / p95 s | total p50 s |"
+        "| TTFT p50 / p95 s | prompt tokens prefilled p50 | total p50 s |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * 13 + "|")
     print("\n".join(rows))
     print(f"\noverrides: {overrides or 'none'}")
 

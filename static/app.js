@@ -75,19 +75,36 @@
     if (action) { event.preventDefault(); action(); }
   });
 
-  // Enter sends, Shift+Enter inserts a newline.
+  // Enter sends, Shift+Enter inserts a newline. Nothing is sent while an answer is being
+  // written (the server refuses a second question in the conversation with 409 anyway).
+  function answering() { return !!document.querySelector("#messages article.msg.streaming"); }
   document.addEventListener("keydown", function (event) {
     if (event.target.id === "question" && event.key === "Enter" && !event.shiftKey) {
       event.preventDefault();
-      if (event.target.value.trim()) { htmx.trigger("#ask-form", "submit"); }
+      if (event.target.value.trim() && !answering()) { htmx.trigger("#ask-form", "submit"); }
     }
+  });
+  // Send is disabled from the moment an answer starts streaming until it ends (done, error
+  // or stopped: each replaces the streaming article).
+  function syncSend() {
+    var send = $("#ask-form button[type=submit]");
+    if (!send) { return; }
+    var busy = answering();
+    send.disabled = busy;
+    send.title = busy ? "Wait for the answer being written, or stop it (Esc)" : "";
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    var messages = $("#messages");
+    if (!messages) { return; }
+    new MutationObserver(syncSend).observe(messages, { childList: true, subtree: true, attributes: true, attributeFilter: ["class"] });
+    syncSend();
   });
 
   // Clear the question once it is sent; keep the newest message in view.
   document.addEventListener("htmx:afterRequest", function (event) {
     if (event.detail.elt.id === "ask-form" && event.detail.successful) { $("#question").value = ""; }
-    if (event.detail.elt.id === "upload-form" && event.detail.successful) {
-      $("#upload-input").value = "";
+    if (event.detail.elt.id === "upload-form" && event.detail.successful && event.detail.xhr.status < 400) {
+      $("#upload-input").value = "";  // a failed upload keeps its files, to try again
       htmx.trigger(document.body, "documents-changed");
     }
   });
@@ -156,6 +173,45 @@
     if (bar && event.detail.lengthComputable) {
       bar.value = Math.round((event.detail.loaded / event.detail.total) * 100);
     }
+  });
+
+  // A failed upload is a row per file in the dialog, in plain words: the server sends those
+  // rows with its error status; anything refused before it looked (a body over the size
+  // limit, a proxy, no connection) gets them here.
+  var UPLOAD_FAILURES = {
+    0: "The server could not be reached, so the files were not uploaded. Try again.",
+    413: "The files are too large to upload at once: send fewer or smaller files.",
+    507: "The server's disk is full, so nothing was stored. Try again later.",
+  };
+  function uploadFailed(status) {
+    var rows = $("#upload-rows"), input = $("#upload-input");
+    if (!rows) { return; }
+    var names = input && input.files.length ? Array.prototype.map.call(input.files, function (f) { return f.name; }) : ["Upload"];
+    var reason = UPLOAD_FAILURES[status] || "The upload failed (error " + status + "). Try again.";
+    names.slice().reverse().forEach(function (name) {
+      var row = document.createElement("li");
+      row.className = "upload-row";
+      row.dataset.status = "failed";
+      [["filename", name], ["status status-failed", "failed"], ["reason", reason]].forEach(function (part, index) {
+        var span = document.createElement("span");
+        span.className = part[0];
+        span.textContent = part[1];
+        if (index) { row.appendChild(document.createTextNode(" ")); }
+        row.appendChild(span);
+      });
+      rows.insertBefore(row, rows.firstChild);
+    });
+  }
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var form = event.detail.requestConfig && event.detail.requestConfig.elt;  // elt: the target
+    if (!form || form.id !== "upload-form" || event.detail.xhr.status < 400) { return; }
+    var response = event.detail.xhr.responseText || "";
+    event.detail.shouldSwap = response.indexOf("upload-row") !== -1;  // the server's rows
+    if (!event.detail.shouldSwap) { uploadFailed(event.detail.xhr.status); }
+    event.detail.isError = false;  // told in the rows: no toast, no console error
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    if (event.detail.elt.id === "upload-form") { uploadFailed(0); }
   });
 
   // Errors from htmx requests: the server sends an escaped _error.html partial.

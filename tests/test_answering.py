@@ -8,7 +8,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from app.chat.answering import Grounding, citation_of
+from app.chat.answering import NO_ANSWER, POINTED, Grounding, citation_of
 from llm.backend import FakeBackend
 from retrieval.types import Hit
 from tests.conftest import fake_model, sse_events, upload, wait_indexed
@@ -70,3 +70,20 @@ def test_cite_attributes_bare_sentences_and_numbers_citations() -> None:
     answer, cited = grounding.cite(" The meal allowance abroad is 40 euros per day.")
     assert answer.endswith("[1]") or "[1]" in answer
     assert [(c.number, c.chunk_id) for c in cited] == [(1, 1)]
+
+
+def test_an_answer_of_markers_only_quotes_the_cited_passage_nearest_the_question() -> None:
+    text = "Staff eat in the canteen. The meal allowance abroad is 40 euros per day. Ask HR."
+    hits = [
+        Hit(1, 1, "Parking", 1, 0, 30, "Visitors park in the north car park.", 0.9),
+        Hit(2, 2, "Travel", 1, 0, len(text), text, 0.8),
+    ]
+    grounding = Grounding.build(FakeBackend("fake"), question=QUESTION, hits=hits, answer_tokens=64)
+    answer, cited, unsupported = grounding.checked(" [2]")
+    assert answer == POINTED.format(
+        quote="The meal allowance abroad is 40 euros per day.", number=2
+    )
+    assert [(c.number, c.chunk_id) for c in cited] == [(2, 2)] and unsupported == ()
+    # A cited passage sharing no word with the question is not quoted: the plain message.
+    assert grounding.checked("[1]") == (NO_ANSWER, (), ())
+    assert grounding.checked(" ") == (NO_ANSWER, (), ())

@@ -269,7 +269,7 @@ def test_screenshots_of_the_main_screens(browser: Any, fresh: SignedInServer) ->
 def test_status_bar_shows_the_model_index_and_connection(page: Any) -> None:
     page.goto("/")
     assert page.locator("#status-model").inner_text() == "Model fake on CPU"
-    assert "passages" in page.locator("#status-index").inner_text()
+    assert "passage" in page.locator("#status-index").inner_text()
     assert "waiting" in page.locator("#status-requests").inner_text()
     assert page.locator("#connection").get_attribute("data-state") == "online"
     page.route("**/ui/status", lambda route: route.abort())  # the server is unreachable

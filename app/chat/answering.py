@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from app.chat.conversations import Citation
 from llm.backend import Backend
-from llm.citations import MARKER, attribute, cited_numbers, content_words
+from llm.citations import MARKER, SENTENCE, attribute, cited_numbers, content_words
 from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt
 from llm.support import MIN_WORDS, Unsupported, declines, unsupported_sentences
 from retrieval.types import Hit
@@ -25,6 +25,9 @@ NOTHING_FOUND = (
 # When the model produced nothing usable (only markup, only a repetition): said plainly
 # rather than shown as an empty bubble.
 NO_ANSWER = "The model did not produce an answer to this question. Try asking it another way."
+# When the model only pointed at a source ("[2]"): the sentence of it nearest the question,
+# quoted and labelled as such rather than passed off as the model's answer.
+POINTED = "The model answered only with a citation. The passage it cites says: “{quote}” [{number}]"
 # An answer no source supports anywhere is withheld: it is almost always invented (a
 # question the documents do not cover, answered from the model's own memory).
 WITHHELD = f"{DECLINE} (The model wrote an answer that no passage supports, so it is not shown.)"
@@ -102,11 +105,25 @@ class Grounding:
         and, when ``withhold`` and no sentence of it is supported, :data:`WITHHELD`."""
         answer, citations = self.cite(text)
         if not says_something(answer):  # nothing, or only markers and punctuation ("[1]")
-            return NO_ANSWER, (), ()
+            pointed = self._pointed_at(citations)
+            return (pointed, citations[:1], ()) if pointed else (NO_ANSWER, (), ())
         unsupported = self.unsupported(answer)
         if withhold and unsupported and _nothing_else(answer, unsupported):
             return WITHHELD, (), ()
         return answer, citations, unsupported
+
+    def _pointed_at(self, citations: Sequence[Citation]) -> str | None:
+        """For an answer of markers only: the sentence of the first passage it cites that
+        shares the most words with the question, quoted; None when none shares any."""
+        if not citations:
+            return None
+        number = citations[0].number
+        asked = content_words(self.prompt.turn.question)
+        sentences = [m.group().strip() for m in SENTENCE.finditer(self.prompt.citable[number].text)]
+        best = max(sentences, key=lambda s: len(content_words(s) & asked), default="")
+        if not content_words(best) & asked:
+            return None
+        return POINTED.format(quote=MARKER.sub("", best).strip(), number=number)
 
     def _numbered(self, source: Source, number: int | None = None) -> Citation:
         number = source.number if number is None else number

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from app.auth.access import readable_documents, require_message
 from app.chat.conversations import Citation
+from app.chat.rendering import shown_citations
 from app.errors import NotFound
 from app.state import Services
 
@@ -20,8 +21,9 @@ class CitationNav:
 
 
 def readable_citations(services: Services, answer_id: int) -> list[Citation]:
-    """The answer's citations in order, one per passage, leaving out documents the
-    principal may no longer read (or that are gone). 404 for an answer not theirs."""
+    """The answer's citations in the order its text first cites them (as numbered on the
+    page: :func:`shown_citations`), one per passage, leaving out documents the principal
+    may no longer read (or that are gone). 404 for an answer not theirs."""
     require_message(services.auth, answer_id)
     message = services.conversations.message(answer_id)
     if message is None or message.role != "assistant":
@@ -31,7 +33,7 @@ def readable_citations(services: Services, answer_id: int) -> list[Citation]:
     readable = {d.id for d in readable_documents(d for d in documents if d is not None)}
     seen: set[int] = set()
     citations = []
-    for citation in sorted(message.citations, key=lambda c: c.number):
+    for citation in shown_citations(message):
         if citation.document_id in readable and citation.chunk_id not in seen:
             seen.add(citation.chunk_id)
             citations.append(citation)

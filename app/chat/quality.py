@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from app.chat.answering import NO_ANSWER, says_something
 from llm.citations import MARKER
+from llm.params import Usage
 from llm.support import declines
 from retrieval.evaluation import GoldenQuestion, percentile
 
@@ -57,6 +58,8 @@ class AnswerScore:
     looped: bool
     ttft_s: float | None  # None: no token came
     total_s: float
+    prompt_tokens: int | None = None  # the prompt the model read; None: no model ran
+    prefilled_tokens: int | None = None  # ... of which not already in the KV cache
 
 
 def score_answer(
@@ -68,6 +71,7 @@ def score_answer(
     looped: bool,
     ttft_s: float | None,
     total_s: float,
+    usage: Usage | None = None,
 ) -> AnswerScore:
     empty = answer.strip() in EMPTY_ANSWERS or not says_something(answer)
     references = item.references
@@ -86,6 +90,8 @@ def score_answer(
         looped=looped,
         ttft_s=ttft_s,
         total_s=total_s,
+        prompt_tokens=usage.prompt_tokens if usage else None,
+        prefilled_tokens=usage.prompt_tokens - usage.cached_tokens if usage else None,
     )
 
 
@@ -106,6 +112,9 @@ class AnswerReport:
     ttft_p95_s: float | None
     total_p50_s: float
     total_p95_s: float
+    # what time to first token is made of, independent of the machine's speed
+    prompt_tokens_p50: float | None
+    prefilled_tokens_p50: float | None
     scores: tuple[AnswerScore, ...]
 
     def as_dict(self) -> dict[str, float | int | None]:
@@ -121,6 +130,8 @@ def report(scores: Sequence[AnswerScore]) -> AnswerReport:
     answered = [s for s in factual if not s.empty]
     ttfts = [s.ttft_s for s in scores if s.ttft_s is not None]
     totals = [s.total_s for s in scores]
+    prompts = [s.prompt_tokens for s in scores if s.prompt_tokens is not None]
+    prefilled = [s.prefilled_tokens for s in scores if s.prefilled_tokens is not None]
     return AnswerReport(
         questions=len(scores),
         factual=len(factual),
@@ -137,6 +148,8 @@ def report(scores: Sequence[AnswerScore]) -> AnswerReport:
         ttft_p95_s=percentile(ttfts, 0.95) if ttfts else None,
         total_p50_s=statistics.median(totals) if totals else 0.0,
         total_p95_s=percentile(totals, 0.95) if totals else 0.0,
+        prompt_tokens_p50=statistics.median(prompts) if prompts else None,
+        prefilled_tokens_p50=statistics.median(prefilled) if prefilled else None,
         scores=tuple(scores),
     )
 

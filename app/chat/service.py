@@ -29,6 +29,7 @@ from llm.params import (
     SamplingParams,
     TextDelta,
     UnknownModel,
+    Usage,
 )
 from llm.prompt import PromptTooLong, Source, Turn
 from llm.registry import Registry
@@ -79,6 +80,7 @@ class TokenEvent:
 class DoneEvent:
     message: Message
     looped: bool = False  # the repetition guard cut the answer short
+    usage: Usage | None = None  # the model's token counts; None when no model ran
 
 
 ChatEvent = TokenEvent | DoneEvent
@@ -180,6 +182,11 @@ class ChatService:
         """From the moment its answer starts (retrieval included) until it is stored."""
         return question_id in self._answering
 
+    @property
+    def answering(self) -> int:
+        """How many answers are under way now, each from its retrieval until it is stored."""
+        return len(self._answering)
+
     def stop(self, question_id: int) -> bool:
         """Stop generating the answer to a question; False when none is being generated."""
         if question_id not in self._answering:
@@ -234,6 +241,7 @@ class ChatService:
             raise from_engine(exc) from exc
         guard = RepetitionGuard()
         completed = False
+        usage: Usage | None = None
         try:
             async for event in completion:
                 if isinstance(event, TextDelta):
@@ -243,6 +251,8 @@ class ChatService:
                     yield TokenEvent(event.text)
                 elif event.reason == "error":
                     raise from_engine(BackendFailed(event.error or "generation failed"))
+                else:
+                    usage = event.usage
             completed = True
         finally:
             if not completed:  # the client left (leaving the loop cancelled the request)
@@ -253,7 +263,7 @@ class ChatService:
         )
         progress.context = _context(grounding, guard.text)
         stored = await self._save(question, answer, progress, (citations, unsupported))
-        yield DoneEvent(stored, looped=guard.repeated)
+        yield DoneEvent(stored, looped=guard.repeated, usage=usage)
 
     def model_for(self, conversation_id: int) -> str:
         """The conversation's chosen model while chat offers it and the registry serves

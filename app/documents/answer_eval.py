@@ -71,6 +71,7 @@ def _score(item: GoldenQuestion, done: DoneEvent, ttft: float | None, total: flo
         looped=done.looped,
         ttft_s=ttft,
         total_s=total,
+        usage=done.usage,
     )
 
 

@@ -36,6 +36,7 @@ from app.schemas import (
     SearchOut,
 )
 from app.state import Retrieval, Services
+from app.web.busy import require_quiet
 from app.web.deps import provide_chat, provide_retrieval, provide_services
 from app.web.document_views import original_file, original_file_head
 from retrieval.store import DocumentGone
@@ -121,6 +122,7 @@ class ChatApi(Controller):
         as offsets into the answer) and ``grounded`` (whether it cites any source),
         ``error`` a problem found after streaming began."""
         await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
+        await asyncio.to_thread(require_quiet, services, chat, data.conversation_id)
         _, question = await asyncio.to_thread(
             chat.ask, data.message, data.conversation_id, current_user_id()
         )

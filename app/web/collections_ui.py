@@ -24,7 +24,7 @@ from app.web.document_views import (
     original_file,
     original_file_head,
 )
-from app.web.ui_context import shell_context
+from app.web.ui_context import shell_context, upload_context
 from retrieval.records import DocumentRecord
 from retrieval.store import DocumentGone
 from retrieval.types import DocumentStatus
@@ -121,7 +121,11 @@ class CollectionsUi(Controller):
     ) -> Template:
         def context() -> dict[str, Any]:
             table = document_table(services, collection_id, view)
-            return {**shell_context(services, None), **table}
+            return {
+                **shell_context(services, None),
+                **table,
+                **upload_context(services, collection_id),
+            }
 
         return Template("collection.html", context=await asyncio.to_thread(context))
 

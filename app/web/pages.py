@@ -21,10 +21,11 @@ from app.chat.citation_nav import citation_nav
 from app.chat.conversations import Message
 from app.chat.rendering import highlight_passage
 from app.chat.service import ChatService, DoneEvent, TokenEvent
-from app.documents.intake import read_files, submit_all
+from app.documents.intake import IncomingFile, read_files, submit_all
 from app.errors import AppError, NotFound
 from app.schemas import MAX_ROW_ID, RowId
 from app.state import Services
+from app.web.busy import require_quiet
 from app.web.deps import provide_chat, provide_services
 from app.web.document_views import document_row_template
 from app.web.ui_context import (
@@ -35,6 +36,8 @@ from app.web.ui_context import (
     shell_context,
     status_context,
 )
+from app.web.upload_ui import UploadFailure, upload_failure_reason, upload_target
+from retrieval.display import shown
 from retrieval.store import DocumentGone
 
 log = logging.getLogger(__name__)
@@ -137,6 +140,7 @@ class Partials(Controller):
     ) -> Template:
         conversation_id = form_row_id(data.conversation_id)
         await asyncio.to_thread(require_conversation, services.auth, conversation_id)
+        await asyncio.to_thread(require_quiet, services, chat, conversation_id)
         model = None
         if data.model is not None:  # 400 unless chat offers it
             model = await asyncio.to_thread(choose_model, services, data.model)
@@ -185,7 +189,22 @@ class Partials(Controller):
 
     @post("/documents", status_code=200)
     async def upload(self, request: Request[Any, Any, Any], services: Services) -> Template:
-        results = await submit_all(services, await read_files(request))
+        """The upload dialog: files into the collection chosen in it. Whatever goes wrong,
+        the dialog gets a row per file saying so in plain words (with the error's status)."""
+        files: list[IncomingFile] = []
+        try:
+            files = await read_files(request)
+            target = upload_target((await request.form()).get("collection"))
+            results = await submit_all(services, files, target)
+        except AppError as exc:
+            names = [shown(f.filename) for f in files] or ["Upload"]
+            failure = UploadFailure(names, upload_failure_reason(exc))
+            return Template(
+                "_upload_rows.html",
+                context={"results": [], "failure": failure},
+                status_code=exc.status,
+                headers=exc.headers,
+            )
         return Template("_upload_rows.html", context={"results": results})
 
     @get("/documents/{document_id:int}/row")

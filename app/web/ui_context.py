@@ -12,7 +12,8 @@ from app.auth.scope import current_access
 from app.chat.conversations import Conversation, Message
 from app.chat.local_models import ChatModels
 from app.state import Services
-from retrieval.records import DocumentRecord
+from retrieval.records import CollectionRecord, DocumentRecord
+from retrieval.types import DocumentStatus
 
 CONVERSATION_LIMIT = 200
 
@@ -64,6 +65,28 @@ def library_context(services: Services) -> dict[str, Any]:
     return {"collections": readable_collections(services.store.collections())}
 
 
+def writable_collections(services: Services) -> list[CollectionRecord]:
+    """The collections the caller may add documents to (none: no upload in the UI)."""
+    readable = readable_collections(services.store.collections())
+    access = current_access()
+    if access is None or access.principal is None:
+        return readable
+    writable = services.auth.members.writable(access.principal)
+    return readable if writable is None else [c for c in readable if c.id in writable]
+
+
+def upload_context(services: Services, opened_from: int | None = None) -> dict[str, Any]:
+    """The upload dialog's choice of collection: those the caller may write to, the one
+    whose table it was opened from chosen (else the default collection, else the first)."""
+    choices = writable_collections(services)
+    ids = [c.id for c in choices]
+    chosen = next((i for i in (opened_from, services.collection_id) if i in ids), None)
+    return {
+        "upload_collections": choices,
+        "upload_chosen": chosen if chosen is not None else (ids[0] if ids else None),
+    }
+
+
 def shell_context(services: Services, conversation_id: int | None) -> dict[str, Any]:
     conversations = services.conversations
     conversation = conversations.get(conversation_id) if conversation_id else None
@@ -74,6 +97,7 @@ def shell_context(services: Services, conversation_id: int | None) -> dict[str, 
         "pinned": conversations.is_pinned(conversation.id) if conversation else False,
         "messages": conversations.messages(conversation.id) if conversation else [],
         "status": status_context(services),
+        **upload_context(services),
         **model_context(services, conversation),
     }
 
@@ -99,23 +123,48 @@ def choose_model(services: Services, raw: str) -> str | None:
 
 
 def status_context(services: Services) -> dict[str, Any]:
+    """The status bar: the index as far as the caller may read it, the documents of it still
+    being ingested, and the answers being written (each from its retrieval until it is
+    stored, so one is counted before its first token too)."""
     retrieval = services.retrieval
     models = services.loaded_models()
     stats = [m.stats() for m in models]
+    waiting = sum(s.waiting for s in stats)
+    answering = services.chat.answering if services.chat is not None else 0
+    # Answers of chat waiting in an engine's queue are counted as waiting, not twice;
+    # requests that came in by another door (/v1) are only seen by the engines.
+    running = max(sum(s.running for s in stats), answering - waiting)
     return {
         "ready": services.ready,
         "problem": _problem_for_caller(services),
         "model": ", ".join(m.name for m in models) or None,
         "device": ", ".join(sorted({m.device for m in models})) or None,
-        "running": sum(s.running for s in stats),
-        "waiting": sum(s.waiting for s in stats),
+        "running": running,
+        "waiting": waiting,
         "embedder": retrieval.embedder.model_id if retrieval else None,
-        "vectors": retrieval.worker.index.count if retrieval else 0,
-        "documents": sum(
-            c.document_count for c in readable_collections(services.store.collections())
-        ),
-        "queue": retrieval.worker.pending if retrieval else 0,
+        **_index_counts(services),
     }
+
+
+def _index_counts(services: Services) -> dict[str, int]:
+    """Documents and searchable passages in the collections the caller may read, and how
+    many of those documents are queued, parsed or embedded now (what the upload badge
+    calls "Processing")."""
+    readable = {c.id for c in readable_collections(services.store.collections())}
+    rows = services.db.read().execute(
+        "SELECT collection_id, status, COUNT(*), SUM(chunk_count) FROM documents"
+        " GROUP BY collection_id, status"
+    )
+    documents = passages = queue = 0
+    for collection_id, status, count, chunks in rows:
+        if collection_id not in readable:
+            continue
+        documents += int(count)
+        if status == DocumentStatus.INDEXED.value:
+            passages += int(chunks or 0)
+        elif not DocumentStatus(status).is_terminal:
+            queue += int(count)
+    return {"documents": documents, "vectors": passages, "queue": queue}
 
 
 def _problem_for_caller(services: Services) -> str | None:

@@ -1,5 +1,5 @@
-"""Small Jinja filters for the UI: sizes and times as people read them, and whether an
-answer is grounded at all."""
+"""Small Jinja filters for the UI: sizes and times as people read them, whether an
+answer is grounded at all, and an answer's citations as numbered on the page."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from app.chat.conversations import Message
-from app.chat.rendering import UNGROUNDED_NOTE, ungrounded
+from app.chat.rendering import UNGROUNDED_NOTE, shown_citations, ungrounded
 
 
 def filesize(size: int) -> str:
@@ -33,7 +33,7 @@ def shortdate(timestamp: float) -> str:
 
 def register_filters(filters: dict[str, Any]) -> None:
     filters.update(filesize=filesize, isotime=isotime, shorttime=shorttime, shortdate=shortdate)
-    filters.update(ungrounded_note=ungrounded_note)
+    filters.update(ungrounded_note=ungrounded_note, shown_citations=shown_citations)
 
 
 def ungrounded_note(message: Message) -> str:

@@ -7,6 +7,7 @@ a declared dependency; without it pypdf raises DependencyError, reported as a re
 from __future__ import annotations
 
 import io
+import re
 
 from pypdf import PdfReader
 from pypdf.errors import (
@@ -70,9 +71,33 @@ def _pdf_paragraphs(text: str) -> list[Block]:
     return [Block(" ".join(block.text.split())) for block in paragraphs(text)]
 
 
+# Titles that name no document: what producers write when nobody typed one, prefixes they
+# add ("Microsoft Word - policy.docx"), and the file names some put there instead (the
+# file converted to PDF: "policy.html"). The uploaded file's name is better than any of them.
+_PRODUCER_PREFIX = re.compile(
+    r"^(?:microsoft\s+(?:word|excel|powerpoint)|libreoffice)\s*-\s*", re.I
+)
+_GENERIC_TITLE = re.compile(
+    r"^(?:untitled(?:\s+document)?|no\s+title|title|none|null|unknown|"
+    r"(?:document|doc|book|presentation|slide|page|sheet)\s*\d*)$",
+    re.I,
+)
+_OTHER_FILE_NAME = re.compile(
+    r"^\S.*\.(?:html?|xhtml|docx?|dotx?|rtf|odt|ods|odp|txt|md|markdown|tex|xlsx?|pptx?|csv|"
+    r"xml|indd|pages|key|numbers|ps|eps|ai|psd|png|jpe?g|gif|tiff?|bmp|svg|wpd|pub|eml|msg)$",
+    re.I,
+)
+
+
 def _title(reader: PdfReader) -> str | None:
+    """The metadata title, unless it names no document (empty, a producer's placeholder,
+    another file's name): then None, and the uploaded file's name is used."""
     try:
         title = reader.metadata.title if reader.metadata else None
     except Exception:  # metadata of a broken file is optional
         return None
-    return " ".join(str(title).split()) or None if title else None
+    cleaned = _PRODUCER_PREFIX.sub("", " ".join(str(title or "").split()))
+    name = re.split(r"[\\/]", cleaned)[-1]  # "C:\\Users\\me\\policy.doc": its last part
+    if not cleaned or _GENERIC_TITLE.match(cleaned) or _OTHER_FILE_NAME.match(name):
+        return None
+    return cleaned
