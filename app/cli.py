@@ -54,6 +54,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     reindex.add_argument("--data-dir", type=Path, help="database, index (default ./data)")
     reindex.add_argument("--batch", type=int, default=256, help="passages per progress step")
+    backup = commands.add_parser(
+        "backup", help="copy the data directory consistently, even while the server runs"
+    )
+    backup.add_argument("dest", type=Path, metavar="DEST", help="a new or empty directory")
+    backup.add_argument("--data-dir", type=Path, help="the data directory (default ./data)")
+    restore = commands.add_parser(
+        "restore", help="check a backup and copy it into a new data directory"
+    )
+    restore.add_argument("source", type=Path, metavar="SRC", help="what ragdesk backup made")
+    restore.add_argument(
+        "--data-dir", type=Path, required=True, help="the new data directory (absent or empty)"
+    )
     args = parser.parse_args(argv)
     _stay_offline()
     if args.command == "serve":
@@ -94,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         with _owning(settings, "ragdesk reindex"):
             status = run_reindex(settings, batch=args.batch)
         sys.exit(status)
+    elif args.command in ("backup", "restore"):
+        sys.exit(_backup_or_restore(args))
     elif args.command in ("users", "keys"):
         sys.exit(auth_commands.run(args))
     elif args.command == "models":
@@ -117,6 +131,25 @@ def _owning(settings: Settings, holder: str) -> Iterator[None]:
     except DataDirBusy as exc:
         print(f"ragdesk: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def _backup_or_restore(args: argparse.Namespace) -> int:
+    """Both print what they did; a refusal is one line on stderr and exit status 1."""
+    from app.ops.backup import BackupError, take_backup
+    from app.ops.restore import RestoreRefused, restore
+
+    try:
+        if args.command == "backup":
+            data_dir = _settings(data_dir=args.data_dir).server.data_dir
+            manifest = take_backup(data_dir, args.dest, say=print)
+            print(f"backed up {len(manifest.files)} files from {data_dir} to {args.dest}")
+        else:
+            count = restore(args.source, args.data_dir)
+            print(f"restored {count} files, each checked, into {args.data_dir}")
+    except (BackupError, RestoreRefused, OSError) as exc:
+        print(f"ragdesk {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -145,17 +178,18 @@ def _prepare(**overrides: Any) -> None:
 
 
 def _serve(**overrides: Any) -> None:
-    import uvicorn
-
     from app.factory import create_app
+    from app.ops.server import run
 
     settings = _settings(**overrides)
     server = settings.server
     scheme = "https" if server.tls_certfile else "http"
     print(f"Ragdesk on {scheme}://{server.host}:{server.port} (data in {server.data_dir})")
     with _owning(settings, f"ragdesk serve on port {server.port}"):
-        uvicorn.run(
-            create_app(settings),
+        app = create_app(settings)
+        run(  # uvicorn, draining on SIGTERM first (app/ops/server.py)
+            app,
+            app.state.drain,
             host=server.host,
             port=server.port,
             log_level="info",

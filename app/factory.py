@@ -21,6 +21,7 @@ from app.documents.intake import MAX_PARTS_PER_REQUEST
 from app.errors import handle_error
 from app.lifespan import services_lifespan
 from app.openai.errors import openai_error_handler
+from app.ops.drain import Drain, DrainGate
 from app.web.admin_pages import AccountPages, AdminPages
 from app.web.api import ChatApi, DocumentsApi, SearchApi
 from app.web.api_accounts import KeysApi, UsersApi
@@ -85,6 +86,7 @@ def _configure_templates(engine: JinjaTemplateEngine) -> None:
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or Settings()
+    drain = Drain(settings.server.drain_s)  # SIGTERM's graceful drain (app/ops/drain.py)
     return Litestar(
         route_handlers=[
             live,
@@ -111,7 +113,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 path="/static", directories=[settings.static_dir], opt={"public": True}
             ),
         ],
-        state=State({"settings": settings}),
+        state=State({"settings": settings, "drain": drain}),
         guards=[require_principal],  # every route; opt={"public": True} is the allowlist
         lifespan=[services_lifespan],
         template_config=TemplateConfig(
@@ -125,7 +127,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
         request_max_body_size=settings.server.max_upload_bytes,
         multipart_form_part_limit=MAX_PARTS_PER_REQUEST,
         cors_config=_cors(settings),
-        middleware=[DefineMiddleware(AllowedHosts, allowed=settings.served_hosts)],
+        middleware=[
+            DefineMiddleware(AllowedHosts, allowed=settings.served_hosts),
+            DefineMiddleware(DrainGate, drain=drain),
+        ],
     )
 
 

@@ -15,6 +15,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 
 from app.auth.guards import current_principal
 from app.metrics import Metrics
+from app.ops.drain import RETRY_AFTER_S, SHUTTING_DOWN, Drain
 from app.schemas import Health
 from app.state import Services
 
@@ -27,7 +28,15 @@ def live() -> Health:
 
 @get("/health/ready", sync_to_thread=False, opt={"public": True})
 def ready(request: Request[Any, Any, Any], state: State) -> Response[Health]:
-    """200 once the models and vector index are loaded; 503 with the reason until then."""
+    """200 once the models and vector index are loaded; 503 with the reason until then,
+    and from the moment a SIGTERM starts the drain."""
+    drain: Drain | None = getattr(state, "drain", None)
+    if drain is not None and drain.draining:  # SIGTERM: take this instance out of rotation
+        return Response(
+            Health(status="draining", detail=SHUTTING_DOWN),
+            status_code=HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
     services: Services | None = getattr(state, "services", None)
     if services is not None and services.ready:
         return Response(Health(status="ready"), status_code=HTTP_200_OK)

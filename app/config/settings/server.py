@@ -38,6 +38,12 @@ class ServerSettings(Section):
         description="Host header values served (others get 400); the bind address is added; "
         "'*.example.org' matches subdomains. No wildcard by default.",
     )
+    drain_s: float = Field(
+        20.0,
+        ge=0,
+        description="On SIGTERM, how long running answers may take to finish (seconds) before "
+        "they are ended with an error event; new ones get 503 meanwhile.",
+    )
     cors_origins: list[str] = Field(
         default_factory=list,
         description="Other web origins whose scripts may call the API with a key; empty = none.",

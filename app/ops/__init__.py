@@ -1,0 +1,2 @@
+"""Operating a running server: the graceful drain on SIGTERM (drain.py, server.py) and
+online backups with their restore (backup.py, restore.py)."""
