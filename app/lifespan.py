@@ -62,6 +62,7 @@ def open_services(settings: Settings) -> Services:
             timeout_s=settings.ingest.parse_timeout_s,
             memory_bytes=settings.ingest.parse_memory_bytes,
             processes=settings.ingest.parse_processes,
+            ocr=settings.ingest.ocr_options(),
         ),
         metrics=Metrics(
             lambda: services.loaded_models(),

@@ -88,6 +88,7 @@ def run_ingest(
         timeout_s=settings.ingest.parse_timeout_s,
         memory_bytes=settings.ingest.parse_memory_mb << 20,
         processes=settings.ingest.parse_processes,
+        ocr=settings.ingest.ocr_options(),
     )
     worker: IngestWorker | None = None
     try:

@@ -18,6 +18,7 @@ from pathlib import PurePath
 from retrieval.parsers.docx import parse_docx
 from retrieval.parsers.errors import ParseError, UnsupportedDocumentType
 from retrieval.parsers.html import parse_html
+from retrieval.parsers.ocr import OcrOptions
 from retrieval.parsers.pdf import parse_pdf
 from retrieval.parsers.text import decode_text, parse_csv, parse_markdown, parse_plain_text
 from retrieval.types import DocumentKind, ParsedDocument
@@ -25,6 +26,7 @@ from retrieval.types import DocumentKind, ParsedDocument
 __all__ = [
     "ACCEPTED_TYPES",
     "SUPPORTED_EXTENSIONS",
+    "OcrOptions",
     "ParseError",
     "UnsupportedDocumentType",
     "detect_kind",
@@ -103,13 +105,21 @@ def _looks_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def parse_document(data: bytes, kind: DocumentKind, filename: str) -> ParsedDocument:
-    """Parse ``data`` as ``kind``; any failure becomes a :class:`ParseError` with a reason."""
+def parse_document(
+    data: bytes, kind: DocumentKind, filename: str, *, ocr: OcrOptions | None = None
+) -> ParsedDocument:
+    """Parse ``data`` as ``kind``; any failure becomes a :class:`ParseError` with a reason.
+
+    With ``ocr``, scanned PDF pages are read by OCR; without, they have no text.
+    """
     if not data.strip():
         raise ParseError("the file is empty")
     fallback_title = PurePath(filename).stem or "Untitled"
     try:
-        document = _PARSERS[kind](data, fallback_title)
+        if kind is DocumentKind.PDF:
+            document = parse_pdf(data, fallback_title, ocr)
+        else:
+            document = _PARSERS[kind](data, fallback_title)
     except ParseError:
         raise
     except RecursionError:
@@ -119,8 +129,14 @@ def parse_document(data: bytes, kind: DocumentKind, filename: str) -> ParsedDocu
             f"could not read this {kind.value.upper()} file ({type(exc).__name__})"
         ) from exc
     if not any(page.blocks for page in document.pages):
-        raise ParseError("no text could be extracted (scanned images are not supported)")
+        raise ParseError(f"no text could be extracted{_no_text_why(kind, ocr)}")
     return document
+
+
+def _no_text_why(kind: DocumentKind, ocr: OcrOptions | None) -> str:
+    if kind is not DocumentKind.PDF:
+        return ""
+    return ", not even by OCR" if ocr is not None else " (OCR of scanned pages is off)"
 
 
 def _parse_text_kind(

@@ -5,36 +5,66 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
+import os
 import resource
 import signal
 import sys
-from typing import IO
+from typing import IO, Any
 
-from retrieval.parsers import ParseError, parse_document
+from retrieval.parsers import OcrOptions, ParseError, parse_document
 from retrieval.parsers.isolated import _LENGTH, MAX_TEXT_CHARS, READY, encode
 from retrieval.types import DocumentKind
 
 _PR_SET_PDEATHSIG = 1
 
 
-def serve(memory_bytes: int, cpu_seconds: int) -> None:
+def serve(memory_bytes: int, cpu_seconds: int, ocr_settings: dict[str, Any] | None) -> None:
     _die_with_parent()
     # A cap on the address space turns a decompression bomb into a MemoryError here.
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdin, stdout = sys.stdin.buffer, _frames_out()
+    ocr = _ocr_options(ocr_settings, stdout, cpu_seconds)
     _write(stdout, READY)  # imports done: the parent knows the child can work
     while (header := _read_frame(stdin)) is not None:
         data = _read_frame(stdin) or b""
         _limit_cpu(cpu_seconds)  # a spinning parse is killed even if nobody is watching
         request = json.loads(header)
         try:
-            document = parse_document(data, DocumentKind(request["kind"]), request["filename"])
+            document = parse_document(
+                data, DocumentKind(request["kind"]), request["filename"], ocr=ocr
+            )
             if sum(len(b.text) for page in document.pages for b in page.blocks) > MAX_TEXT_CHARS:
                 raise ParseError(f"the document holds more than {MAX_TEXT_CHARS:,} characters")
             reply = encode(document)
         except ParseError as exc:
             reply = {"error": exc.reason}
         _write(stdout, json.dumps(reply).encode())
+
+
+def _frames_out() -> IO[bytes]:
+    """Replies go to a copy of stdout; stdout itself then points at stderr, so nothing a
+    library prints (ONNX Runtime and OpenCV write from C) can corrupt a frame."""
+    frames = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return frames
+
+
+def _ocr_options(
+    settings: dict[str, Any] | None, stdout: IO[bytes], cpu_seconds: int
+) -> OcrOptions | None:
+    if settings is None:
+        return None
+    options = OcrOptions(**settings)
+
+    def ask_for_time(pages: int) -> None:
+        # The server extends the wall-clock budget; the CPU cap grows with it (all threads).
+        extra = min(pages, options.max_pages) * options.page_timeout_s * options.threads
+        _limit_cpu(cpu_seconds + math.ceil(extra))
+        _write(stdout, json.dumps({"ocr_pages": pages}).encode())
+
+    return OcrOptions(**settings, before_ocr=ask_for_time)
 
 
 def _die_with_parent() -> None:
@@ -66,4 +96,4 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]))

@@ -5,6 +5,10 @@ process, a file that spins, balloons or crashes the interpreter only loses that 
 the child is killed (time budget) or dies (memory cap), the document fails with a
 reason, and a fresh child serves the next one. Messages are length-prefixed JSON and
 raw bytes, never pickle, so even a compromised child cannot run code in the server.
+
+OCR of scanned PDF pages takes seconds a page, more than a document's usual budget: the
+child says how many pages it is about to read (``{"ocr_pages": n}``, once, before its
+reply) and the budget grows by ``page_timeout_s`` for each, up to ``max_pages`` of them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from typing import IO, Any
 
 from retrieval.parsers.errors import ParseError
+from retrieval.parsers.ocr import OcrOptions
 from retrieval.types import Block, DocumentKind, ParsedDocument, ParsedPage
 
 log = logging.getLogger(__name__)
@@ -46,10 +51,16 @@ class IsolatedParser:
     """
 
     def __init__(
-        self, *, timeout_s: float = 120.0, memory_bytes: int = 2 << 30, processes: int = 2
+        self,
+        *,
+        timeout_s: float = 120.0,
+        memory_bytes: int = 2 << 30,
+        processes: int = 2,
+        ocr: OcrOptions | None = None,
     ):
         self.timeout_s = timeout_s
         self.memory_bytes = memory_bytes
+        self.ocr = ocr  # None: scanned pages are not read
         self.problem: str | None = None  # why a child cannot start, for health checks
         self._children = [_Child() for _ in range(max(1, processes))]
         self._idle = list(self._children)
@@ -97,15 +108,23 @@ class IsolatedParser:
         process = self._ensure_started(child)
         assert process.stdin is not None and process.stdout is not None
         header = json.dumps({"kind": kind.value, "filename": filename}).encode()
-        deadline = time.monotonic() + self.timeout_s
+        budget = self.timeout_s
+        deadline = time.monotonic() + budget
         try:
             _write_frame(process.stdin, header)
             _write_frame(process.stdin, data)
             reply: dict[str, Any] = json.loads(_read_frame(process.stdout, deadline))
+            if "ocr_pages" in reply and self.ocr is not None:
+                pages = min(max(0, int(reply["ocr_pages"])), self.ocr.max_pages)
+                budget += pages * self.ocr.page_timeout_s
+                deadline += pages * self.ocr.page_timeout_s
+                reply = json.loads(_read_frame(process.stdout, deadline))
+            if "ocr_pages" in reply:
+                raise ValueError("more time asked for twice, or without OCR")
         except TimeoutError:
             child.kill()
             raise ParseError(
-                f"parsing took longer than {self.timeout_s:.0f} s; the file was abandoned"
+                f"parsing took longer than {budget:.0f} s; the file was abandoned"
             ) from None
         except (OSError, EOFError, ValueError):
             child.kill()
@@ -121,7 +140,7 @@ class IsolatedParser:
             return child.process
         child.kill()
         try:
-            process = child.start(self.memory_bytes, math.ceil(self.timeout_s) + 5)
+            process = child.start(self.memory_bytes, math.ceil(self.timeout_s) + 5, self.ocr)
         except (OSError, EOFError, ValueError, TimeoutError) as exc:
             child.kill()
             self.problem = f"the parser process does not start ({type(exc).__name__})"
@@ -139,9 +158,12 @@ class _Child:
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, memory_bytes: int, cpu_seconds: int) -> subprocess.Popen[bytes]:
+    def start(
+        self, memory_bytes: int, cpu_seconds: int, ocr: OcrOptions | None
+    ) -> subprocess.Popen[bytes]:
+        limits = [str(memory_bytes), str(cpu_seconds), json.dumps(encode_ocr(ocr))]
         process = subprocess.Popen(
-            [sys.executable, "-m", "retrieval.parsers.child", str(memory_bytes), str(cpu_seconds)],
+            [sys.executable, "-m", "retrieval.parsers.child", *limits],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
@@ -160,6 +182,17 @@ class _Child:
             for pipe in (process.stdin, process.stdout):
                 if pipe is not None:
                     pipe.close()
+
+
+def encode_ocr(ocr: OcrOptions | None) -> dict[str, Any] | None:
+    if ocr is None:
+        return None
+    return {
+        "dpi": ocr.dpi,
+        "threads": ocr.threads,
+        "max_pages": ocr.max_pages,
+        "page_timeout_s": ocr.page_timeout_s,
+    }
 
 
 def encode(document: ParsedDocument) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """PDF text by page, through pypdf. Encrypted files fail unless the password is empty.
 
+Pages without a usable text layer (scanned) are read by OCR when ``ocr`` is given
+(``ocr.py``); their text replaces the layer's, page by page.
+
 AES-encrypted files (most of them, since Acrobat 7) need the ``cryptography`` package,
 a declared dependency; without it pypdf raises DependencyError, reported as a reason.
 """
@@ -18,15 +21,16 @@ from pypdf.errors import (
 )
 
 from retrieval.parsers.errors import ParseError
+from retrieval.parsers.ocr import OcrOptions, keep_text_layer, needs_ocr, recognise_pages
 from retrieval.parsers.text import clean_text, paragraphs
 from retrieval.types import Block, ParsedDocument, ParsedPage
 
 MAX_PAGES = 5000
 
 
-def parse_pdf(data: bytes, fallback_title: str) -> ParsedDocument:
+def parse_pdf(data: bytes, fallback_title: str, ocr: OcrOptions | None = None) -> ParsedDocument:
     try:
-        return _parse_pdf(data, fallback_title)
+        return _parse_pdf(data, fallback_title, ocr)
     except DependencyError as exc:  # AES streams are decrypted lazily, page by page
         raise ParseError(_CANNOT_DECRYPT) from exc
 
@@ -37,7 +41,7 @@ _CANNOT_DECRYPT = (
 )
 
 
-def _parse_pdf(data: bytes, fallback_title: str) -> ParsedDocument:
+def _parse_pdf(data: bytes, fallback_title: str, ocr: OcrOptions | None) -> ParsedDocument:
     try:
         reader = PdfReader(io.BytesIO(data))
     except PdfReadError as exc:
@@ -53,7 +57,24 @@ def _parse_pdf(data: bytes, fallback_title: str) -> ParsedDocument:
             pages.append(ParsedPage(number=number, blocks=tuple(_pdf_paragraphs(text))))
     except LimitReachedError as exc:  # pypdf caps decompressed stream sizes
         raise ParseError("the PDF expands to an implausible size (decompression bomb?)") from exc
+    if ocr is not None:
+        pages = _with_scanned_pages_read(data, pages, ocr)
     return ParsedDocument(title=_title(reader) or fallback_title, pages=tuple(pages))
+
+
+def _with_scanned_pages_read(
+    data: bytes, pages: list[ParsedPage], ocr: OcrOptions
+) -> list[ParsedPage]:
+    scanned = [page.number for page in pages if needs_ocr(page.text)]
+    if not scanned:
+        return pages
+    read = recognise_pages(data, scanned, ocr)
+    return [
+        ParsedPage(page.number, read[page.number] or keep_text_layer(page.blocks))
+        if page.number in read
+        else page
+        for page in pages
+    ]
 
 
 def _decrypt_or_fail(reader: PdfReader) -> None:

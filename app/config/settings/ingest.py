@@ -6,6 +6,7 @@ from pydantic import Field
 
 from app.config.settings.section import Section, flat_alias
 from retrieval.ingest import IngestConfig
+from retrieval.parsers.ocr import OcrOptions
 
 
 class IngestSettings(Section):
@@ -37,6 +38,25 @@ class IngestSettings(Section):
         description="Documents parsed at once, each in its own sandboxed process, taken in "
         "turn from each collection: one collection's slow file never holds up the others.",
     )
+    ocr: bool = Field(
+        True,
+        description="Read scanned PDF pages (no text layer, or one of glyph soup) by OCR, in "
+        "the parser processes (on/off).",
+    )
+    ocr_page_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Time each scanned page adds to its document's parse budget.",
+    )
+    ocr_max_pages: int = Field(
+        300,
+        ge=1,
+        description="Most scanned pages OCR reads in one PDF; a PDF with more fails with a reason.",
+    )
+    ocr_threads: int = Field(
+        1, ge=1, le=64, description="Threads each parser process uses for OCR."
+    )
     embedding_cache_max_mb: int = Field(
         128,
         ge=0,
@@ -52,6 +72,16 @@ class IngestSettings(Section):
     @property
     def parse_memory_bytes(self) -> int:
         return self.parse_memory_mb << 20
+
+    def ocr_options(self) -> OcrOptions | None:
+        """How the parser processes read scanned pages; None when OCR is off."""
+        if not self.ocr:
+            return None
+        return OcrOptions(
+            threads=self.ocr_threads,
+            max_pages=self.ocr_max_pages,
+            page_timeout_s=self.ocr_page_timeout_s,
+        )
 
     def config(self) -> IngestConfig:
         """The ingest worker's config (``parse_processes``: one slot per parser process)."""
