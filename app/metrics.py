@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app.fleet_metrics import FleetGauges
 from llm.backend import Backend
 from llm.params import FinishReason, Usage
 
@@ -61,6 +62,7 @@ class Metrics:
         )  # fmt: skip
         r.register(_BackendGauges(loaded))
         r.register(_RetrievalGauges(worker))
+        r.register(FleetGauges(loaded))  # per-endpoint: app/fleet_metrics.py
 
     # --- EngineObserver ---------------------------------------------------------------------
     def first_token(self, model: str, seconds: float) -> None:

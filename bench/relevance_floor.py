@@ -28,8 +28,7 @@ FLOORS = (0.15, 0.20, 0.25, 0.30, 0.35, 0.40)
 def nearest(retriever: Retriever, questions: list[GoldenQuestion]) -> list[float]:
     """Each question's best cosine over the whole index."""
     return [
-        hits[0].score if (hits := retriever.search(q.question, 1).hits) else -1.0
-        for q in questions
+        hits[0].score if (hits := retriever.search(q.question, 1).hits) else -1.0 for q in questions
     ]
 
 

@@ -9,8 +9,9 @@ import contextlib
 import json
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -32,6 +33,26 @@ _SAMPLING: tuple[str, ...] = ("temperature", "top_p", "top_k", "min_p")
 _SAMPLING += ("frequency_penalty", "presence_penalty")  # OpenAI's, vLLM's and llama.cpp's names
 
 
+# How a call failed, for a fleet (llm/fleet.py) choosing where the next one goes: the host
+# cannot be reached; it answered 503; it refused this request (4xx: the request's fault); it
+# answered another 5xx or an error event; the connection broke (a crash, a cut stream).
+Failure = Literal["none", "unreachable", "busy", "refused", "server", "broken"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one upstream call ended: ``sent`` text chunks had streamed by then."""
+
+    failure: Failure
+    sent: int
+    retry_after_s: float | None = None
+
+
+# Called as a call ends, before its Finished is pushed; True: the hook took the stream over
+# (it retries elsewhere, or pushes its own Finished) and this one is not pushed.
+EndHook = Callable[[Outcome, Finished], bool]
+
+
 @dataclass
 class _Call:
     """One request in flight: what has streamed so far and the socket it streams on."""
@@ -39,6 +60,9 @@ class _Call:
     request: CompletionRequest
     prompt_estimate: int
     out: Completion = field(default_factory=Completion)
+    on_end: EndHook | None = None
+    failure: Failure = "none"
+    retry_after_s: float | None = None
     sent: int = 0
     reported: Usage | None = None  # the upstream's own count, when it sends one
     done: threading.Event = field(default_factory=threading.Event)
@@ -98,12 +122,18 @@ class RemoteBackend:
         return max(1, len(text) // 4)
 
     def submit(self, request: CompletionRequest) -> Completion:
+        return self.start(request, Completion())
+
+    def start(
+        self, request: CompletionRequest, out: Completion, on_end: EndHook | None = None
+    ) -> Completion:
+        """``submit`` streaming into ``out``, which may be a stream a failed call began."""
         with self._lock:
             if self._running >= self.max_concurrent:
                 # Refuse rather than queue unseen in the connection pool.
                 raise Overloaded(f"{self.name}: {self._running} requests already in flight")
             self._running += 1
-        call = _Call(request, self.count_tokens(request.prompt))
+        call = _Call(request, self.count_tokens(request.prompt), out, on_end)
         for target in (self._read, self._guard):
             threading.Thread(target=target, args=(call,), daemon=True).start()
         return call.out
@@ -124,22 +154,31 @@ class RemoteBackend:
                 call.attach(resp)
                 reason, error = self._events(call, resp)
                 call.attach(None)  # before the connection goes back to the pool (not on errors)
-        except httpx.ConnectError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            call.failure = "unreachable"
             error = f"{self.name}: cannot reach the upstream server: {exc}"
         except httpx.TimeoutException:
+            call.failure = "server"
             error = f"{self.name}: the upstream server did not answer within the timeout"
         except Exception as exc:  # whatever happens, the consumer must get a Finished
+            call.failure = "broken"
             error = f"{self.name}: upstream request failed: {type(exc).__name__}: {exc}"
         finally:
             call.done.set()
             with self._lock:
                 self._running -= 1
-            # Ignored when the guard or a [DONE] already finished the stream: first one wins.
-            call.out.push(Finished(reason, call.usage(), self.name, error))
+            finished = Finished(reason, call.usage(), self.name, error)
+            # Cut off by the guard (cancelled, past the deadline): nothing the upstream did.
+            failed = error is not None and not call.out.cancelled and not call.request.expired()
+            outcome = Outcome(call.failure if failed else "none", call.sent, call.retry_after_s)
+            if call.on_end is None or not call.on_end(outcome, finished):
+                # Ignored when the guard or a [DONE] already finished the stream: first wins.
+                call.out.push(finished)
 
     def _events(self, call: _Call, response: httpx.Response) -> tuple[FinishReason, str | None]:
         if response.status_code >= 400:
             response.read()
+            call.failure, call.retry_after_s = _failure(response)
             return "error", f"{self.name}: upstream answered {_error_message(response)}"
         reason: FinishReason = "stop"
         done = False
@@ -154,6 +193,7 @@ class RemoteBackend:
                 continue
             chunk = json.loads(data)
             if chunk.get("error") or chunk.get("object") == "error":  # OpenAI's, or vLLM's
+                call.failure = "server"
                 return "error", f"{self.name}: upstream failed mid-stream: {data}"
             for choice in chunk.get("choices") or ():
                 if choice.get("text"):
@@ -164,6 +204,8 @@ class RemoteBackend:
             if usage := chunk.get("usage"):
                 cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
                 call.reported = Usage(usage["prompt_tokens"], cached, usage["completion_tokens"])
+        if not done:
+            call.failure = "broken"
         return (reason, None) if done else ("error", f"{self.name}: upstream stream cut short")
 
     def _body(self, request: CompletionRequest) -> dict[str, Any]:
@@ -185,11 +227,24 @@ class RemoteBackend:
         return BackendStats(self._running, 0, self.max_concurrent, 0, 0)
 
     @property
+    def running(self) -> int:
+        return self._running
+
+    @property
     def idle(self) -> bool:
         return self._running == 0
 
     def close(self) -> None:
         self._client.close()
+
+
+def _failure(response: httpx.Response) -> tuple[Failure, float | None]:
+    status = response.status_code
+    if status == 503:
+        with contextlib.suppress(ValueError):  # seconds; an HTTP date is rare enough to ignore
+            return "busy", max(0.0, float(response.headers.get("Retry-After", "")))
+        return "busy", None
+    return ("server" if status >= 500 else "refused"), None
 
 
 def _error_message(response: httpx.Response) -> str:

@@ -10,6 +10,7 @@ from app.chat.local_models import added_models
 from app.config.settings import ModelEntry, Settings
 from llm.backend import Backend, FakeBackend
 from llm.engine.engine import EngineObserver
+from llm.fleet import Fleet
 from llm.local import LocalModel
 from llm.models import BUNDLED, bundled_model, installed
 from llm.registry import Alias, Registry
@@ -97,6 +98,18 @@ def _loader(
         key = entry.api_key.get_secret_value() if entry.api_key else None
 
         def remote() -> Backend:
+            if len(entry.endpoints) > 1:
+                return Fleet(
+                    name,
+                    entry.endpoints,
+                    remote_model=entry.remote_model,
+                    api_key=key,
+                    context_tokens=settings.generation.context_tokens,
+                    max_tokens_cap=settings.generation.max_tokens_cap,
+                    timeout_s=settings.generation.request_timeout_s,
+                    health_interval_s=settings.generation.fleet_health_interval_s,
+                    backoff_max_s=settings.generation.fleet_backoff_max_s,
+                )
             return RemoteBackend(
                 name,
                 url,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
@@ -18,20 +18,39 @@ KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0"]
 
 
 class ModelEntry(BaseModel):
-    """A local GGUF file (``path``) or a remote OpenAI-compatible server (``url``)."""
+    """A local GGUF file (``path``) or remote OpenAI-compatible servers (``url``: one, or a
+    list of endpoints serving the same model, a fleet: llm/fleet.py)."""
 
     model_config = {"extra": "forbid", "frozen": True}
 
     path: Path | None = None
-    url: str | None = None
+    url: str | None = None  # the server, or the first endpoint of a fleet
+    urls: tuple[str, ...] = ()  # a fleet's endpoints (from a list given as ``url``)
     remote_model: str | None = None
     api_key: SecretStr | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _url_list(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("url"), list | tuple):
+            urls = list(data["url"])
+            data = {**data, "url": urls[0] if urls else None, "urls": urls}
+        return data
+
     @model_validator(mode="after")
     def _one_source(self) -> ModelEntry:
+        if self.urls and self.url is None:
+            object.__setattr__(self, "url", self.urls[0])  # frozen; what lists show
         if (self.path is None) == (self.url is None):
             raise ValueError("a model needs exactly one of 'path' or 'url'")
+        if self.urls and (self.url not in self.urls or len(set(self.urls)) < len(self.urls)):
+            raise ValueError("a fleet's 'url' list must hold distinct URLs")
         return self
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Every server of a remote model: one, or a fleet's."""
+        return self.urls or ((self.url,) if self.url is not None else ())
 
 
 class GenerationSettings(Section):
@@ -54,7 +73,22 @@ class GenerationSettings(Section):
     models: dict[str, ModelEntry] = Field(
         default_factory=dict,
         description='Extra models by name, as JSON: {"name": {"path": "x.gguf"}} or '
-        '{"name": {"url": "http://host:8080", "remote_model": "..."}}.',
+        '{"name": {"url": "http://host:8080", "remote_model": "..."}}; a list of URLs '
+        "makes a fleet.",
+    )
+    fleet_health_interval_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="How often each endpoint of a fleet (a model with a list of URLs) is "
+        "health-checked (/health/ready, else /v1/models).",
+    )
+    fleet_backoff_max_s: float = Field(
+        60.0,
+        ge=1,
+        le=3600,
+        description="Longest wait before a failed fleet endpoint is checked again (the wait "
+        "doubles from 1 s).",
     )
     model_aliases: dict[str, dict[str, float]] = Field(
         default_factory=dict,
