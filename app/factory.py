@@ -31,6 +31,7 @@ from app.web.collections_ui import CollectionsUi
 from app.web.completions import CompletionsApi
 from app.web.conversations_ui import ConversationsUi
 from app.web.eval_ui import EvalPages
+from app.web.feedback_ui import FeedbackApi, FeedbackPages, FeedbackUi
 from app.web.health import live, metrics_endpoint, ready
 from app.web.openai import openai_router
 from app.web.pages import Pages, Partials
@@ -95,6 +96,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
             AccountPages,
             AdminPages,
             EvalPages,
+            FeedbackPages,
+            FeedbackUi,
+            FeedbackApi,
             Pages,
             Partials,
             ConversationsUi,

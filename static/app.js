@@ -5,11 +5,117 @@
   function $(selector) { return document.querySelector(selector); }
 
   // Dialogs: [data-open-dialog=id] opens, [data-close-dialog] closes the enclosing dialog.
+  // A field marked [data-select-on-open] (the rename dialog's title) gets the focus, its
+  // text selected, so typing replaces it.
   document.addEventListener("click", function (event) {
     var opener = event.target.closest("[data-open-dialog]");
-    if (opener) { document.getElementById(opener.dataset.openDialog).showModal(); }
+    if (opener) {
+      var dialog = document.getElementById(opener.dataset.openDialog);
+      dialog.showModal();
+      var field = dialog.querySelector("[data-select-on-open]");
+      if (field) { field.focus(); field.select(); }
+    }
     var closer = event.target.closest("[data-close-dialog]");
     if (closer) { closer.closest("dialog").close(); }
+  });
+
+  // hx-confirm asks in the app's own dialog, not the browser's confirm(): its text is the
+  // question, [data-confirm-title] and [data-confirm-button] its title and OK button.
+  document.addEventListener("htmx:confirm", function (event) {
+    var dialog = $("#confirm-dialog");
+    if (!event.detail.question || !dialog) { return; }  // no question: no dialog (or confirm())
+    event.preventDefault();
+    var elt = event.detail.elt;
+    $("#confirm-title").textContent = elt.dataset.confirmTitle || "Are you sure?";
+    $("#confirm-text").textContent = event.detail.question;
+    $("#confirm-ok").textContent = elt.dataset.confirmButton || "OK";
+    $("#confirm-ok").classList.toggle("danger", elt.dataset.confirmButton === "Delete");
+    dialog.returnValue = "";
+    dialog.addEventListener("close", function () {
+      if (dialog.returnValue === "ok") { event.detail.issueRequest(true); }
+    }, { once: true });
+    dialog.showModal();
+  });
+
+  // An answer's Copy button: its text with the citation markers as shown, then "Copied".
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy-answer]");
+    if (!button) { return; }
+    copyText(button.dataset.copyAnswer).then(
+      function () { button.textContent = "Copied"; },
+      function () { button.textContent = "Copy failed"; }
+    );
+    window.setTimeout(function () { button.textContent = "Copy"; }, 2000);
+  });
+
+  // Feedback: after 👍/👎 the comment popover opens (both optional); Skip or Escape closes it.
+  function closeFeedback(form) {
+    form.hidden = true;
+    var chosen = form.parentElement.querySelector(".feedback-choice[aria-pressed=true]");
+    if (chosen) { chosen.focus(); }
+  }
+  document.addEventListener("click", function (event) {
+    var skip = event.target.closest("[data-feedback-close]");
+    if (skip) { closeFeedback(skip.closest("form")); }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || document.querySelector("dialog[open]")) { return; }
+    var form = (event.target.closest && event.target.closest(".feedback-form")) ||
+      document.querySelector(".feedback-form:not([hidden])");
+    if (form) { event.preventDefault(); event.stopPropagation(); closeFeedback(form); }
+  });
+  htmx.onLoad(function (root) {
+    var form = root.querySelector ? root.querySelector(".feedback-form:not([hidden])") : null;
+    if (form) { form.querySelector("textarea").focus(); }
+  });
+
+  // Suggested first questions on an empty chat: a click asks it.
+  document.addEventListener("click", function (event) {
+    var suggestion = event.target.closest("[data-suggest]");
+    var question = $("#question");
+    if (!suggestion || !question || answering()) { return; }
+    question.value = suggestion.dataset.suggest;
+    htmx.trigger("#ask-form", "submit");
+  });
+
+  // Just signed in: the question box has the focus (not on every page: the single-key
+  // shortcuts work only while no text box has it).
+  document.addEventListener("DOMContentLoaded", function () {
+    var question = $("#question");
+    var referrer = null;
+    try { referrer = document.referrer ? new URL(document.referrer) : null; } catch (error) { referrer = null; }
+    if (question && referrer && referrer.origin === window.location.origin && referrer.pathname === "/login") {
+      question.focus();
+    }
+  });
+
+  // Re-uploading identical content: the server answers with the existing document's row,
+  // marked "already uploaded"; it replaces that document's earlier row in the list, and
+  // keeps its note while it polls its status (the polled row knows nothing of uploads).
+  var duplicateNotes = {};
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var row = event.detail.target;
+    if (row && row.matches && row.matches(".upload-row[data-duplicate]")) {
+      duplicateNotes[row.id] = row.querySelector(".duplicate-note");
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    Object.keys(duplicateNotes).forEach(function (id) {
+      var row = document.getElementById(id), note = duplicateNotes[id];
+      delete duplicateNotes[id];
+      if (!row || !note || row.hasAttribute("data-duplicate")) { return; }
+      row.setAttribute("data-duplicate", "");
+      row.querySelector(".status").after(note);
+    });
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (!event.detail.target || event.detail.target.id !== "upload-rows") { return; }
+    Array.prototype.forEach.call(document.querySelectorAll("#upload-rows .upload-row[data-duplicate]"), function (row) {
+      if (!row.isConnected) { return; }  // an older row of the same document, just removed
+      Array.prototype.forEach.call(document.querySelectorAll("#upload-rows [id='" + row.id + "']"), function (other) {
+        if (other !== row) { other.remove(); }
+      });
+    });
   });
 
   // Escape stops the answer being written (an open dialog closes first, natively).

@@ -155,8 +155,8 @@ def test_conversation_reopens_and_a_document_can_be_deleted(
     assert page.locator("article.msg.assistant").count() >= 1
 
     page.goto("/collections/1")
-    page.on("dialog", lambda dialog: dialog.accept())  # "Delete this document…?"
     page.click(f"#document-{document_id} button[aria-label^='Delete']")
+    page.click("#confirm-ok")  # the app's own dialog: "Delete this document…?"
     page.wait_for_selector(f"#document-{document_id}", state="detached")
     hits = http.post(
         f"{real_server.url}/api/search", json={"query": "canteen soup Friday", "k": 5}

@@ -186,8 +186,8 @@ def test_document_actions_are_visible_and_work(
             actions.nth(1).click()
         assert reingest.value.status == 200
         page.locator(f"#document-{document_id}[data-status=indexed]").wait_for(timeout=15_000)
-        page.once("dialog", lambda dialog: dialog.accept())
         page.locator(f"#document-{document_id} .col-actions button.danger").click()
+        page.click("#confirm-ok")  # the app's own dialog: the confirmation
         page.locator(f"#document-{document_id}").wait_for(state="detached")
         assert server.get(f"/api/documents/{document_id}").status_code == 404
         assert errors == []
@@ -370,8 +370,8 @@ def test_no_console_error_through_ask_and_edit_and_resend(
         question = page.locator("article.msg.user").first
         question.locator(".edit-button").click()
         question.locator(".edit-form textarea").fill("How do I upload a folder?")
-        page.once("dialog", lambda dialog: dialog.accept())
         question.locator(".edit-form button[type=submit]").click()
+        page.click("#confirm-ok")  # the app's own dialog: the confirmation
         page.locator("article.msg.user", has_text="How do I upload a folder?").wait_for()
         page.locator("article.msg.assistant:not(.streaming)").first.wait_for(timeout=10_000)
         assert page.locator("article.msg.user").count() == 1

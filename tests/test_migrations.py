@@ -80,6 +80,7 @@ CHAT_TABLES = {
     "answer_eval_runs",
     "local_models",
     "chat_model_offers",
+    "answer_feedback",
 }
 # The migrations added since that release, in the order a release database runs them.
 SINCE_RELEASE = [m.name for owner in OWNERS for m in owner if not m.applied(set(OLD_NAMES))]

@@ -50,8 +50,8 @@ def test_rename_pin_export_and_delete_a_conversation(page: Any, server: SignedIn
     page.fill("#conversation-filter", "uploading")
     page.wait_for_selector("#conversation-list a[aria-current=page]")
 
-    page.once("dialog", lambda dialog: dialog.accept())  # "Delete this conversation…?"
     page.click("#delete-conversation")
+    page.click("#confirm-ok")  # the app's own dialog: "Delete this conversation…?"
     page.wait_for_url(lambda u: u.rstrip("/") == server.url)
     assert server.get(url.removeprefix(server.url)).status_code == 404
     assert page.locator("#conversation-list", has_text="Uploading").count() == 0
@@ -77,8 +77,8 @@ def test_regenerate_and_edit_and_resend(page: Any, server: SignedInServer) -> No
     form = question.locator(".edit-form")
     assert form.is_visible()
     form.locator("textarea").fill("How do I upload documents, edited?")
-    page.once("dialog", lambda dialog: dialog.accept())  # "Resend this question?"
     form.locator("button[type=submit]").click()
+    page.click("#confirm-ok")  # the app's own dialog: "Resend this question?"
     page.wait_for_function(
         "() => document.querySelector('#messages').innerText.includes('Edited answer')"
     )
@@ -148,7 +148,7 @@ def test_document_table_sorts_filters_and_remembers_the_collection(
     page.wait_for_selector(f"#document-{zebra}[data-status=indexed]", timeout=10_000)
     again = server.get(f"/api/documents/{zebra}").json()
     assert again["updated_at"] > before and again["chunks"] >= 1
-    page.once("dialog", lambda dialog: dialog.accept())  # "Delete this document…?"
     row.locator("button[aria-label^='Delete']").click()
+    page.click("#confirm-ok")  # the app's own dialog: "Delete this document…?"
     page.wait_for_selector(f"#document-{zebra}", state="detached")
     assert server.get(f"/api/documents/{zebra}").status_code == 404

@@ -84,6 +84,8 @@ class Message:
     reply_to: int | None = None
     context: TurnContext | None = None
     unsupported: tuple[Unsupported, ...] = ()  # sentences no cited passage supports
+    version: int = 1  # an answer's place among the answers to its question (1: the first)
+    versions: int = 1  # how many answers its question has had (regenerating adds one)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Message:
@@ -100,7 +102,19 @@ class Message:
             reply_to=row["reply_to"],
             context=TurnContext.from_json(context) if context else None,
             unsupported=unsupported,
+            version=row.get("version") or 1,
+            versions=row.get("versions") or 1,
         )
+
+
+# A message with its place among its question's answers (questions count as 1 of 1).
+SELECT_MESSAGES = (
+    "SELECT m.*,"
+    " (SELECT COUNT(*) FROM messages v WHERE v.reply_to = m.reply_to AND v.id <= m.id)"
+    " AS version,"
+    " (SELECT COUNT(*) FROM messages v WHERE v.reply_to = m.reply_to) AS versions"
+    " FROM messages m"
+)
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,10 @@ class Conversations:
             db.execute(
                 "UPDATE conversations SET updated_at = ? WHERE id = ?", [now, conversation_id]
             )
+            versions = 1
+            if reply_to is not None:  # the newest answer to its question
+                counted = db.execute("SELECT COUNT(*) FROM messages WHERE reply_to = ?", [reply_to])
+                versions = int(counted.fetchone()[0])
         message_id = int(cursor.lastrowid or 0)
         return Message(
             message_id,
@@ -200,24 +218,66 @@ class Conversations:
             reply_to,
             context,
             unsupported,
+            versions,
+            versions,
         )
 
     def messages(self, conversation_id: int) -> list[Message]:
+        """The conversation as shown: its questions and their current answers (earlier
+        versions of an answer are left out)."""
         rows = self.db.read().query(
-            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", [conversation_id]
+            f"{SELECT_MESSAGES} WHERE m.conversation_id = ? AND m.superseded = 0 ORDER BY m.id",
+            [conversation_id],
         )
         return [Message.from_row(row) for row in rows]
 
     def message(self, message_id: int) -> Message | None:
-        rows = list(self.db.read().query("SELECT * FROM messages WHERE id = ?", [message_id]))
+        """Any message, a superseded version of an answer included."""
+        rows = list(self.db.read().query(f"{SELECT_MESSAGES} WHERE m.id = ?", [message_id]))
         return Message.from_row(rows[0]) if rows else None
 
     def answer_to(self, question: Message) -> Message | None:
-        """The assistant message that answered ``question``, if there is one yet."""
+        """The current answer to ``question``, if there is one yet."""
         rows = list(
-            self.db.read().query("SELECT * FROM messages WHERE reply_to = ?", [question.id])
+            self.db.read().query(
+                f"{SELECT_MESSAGES} WHERE m.reply_to = ? AND m.superseded = 0", [question.id]
+            )
         )
         return Message.from_row(rows[0]) if rows else None
+
+    def is_current(self, answer: Message) -> bool:
+        """Whether ``answer`` is its question's current answer (not a superseded version)."""
+        row = (
+            self.db.read()
+            .execute("SELECT superseded FROM messages WHERE id = ?", [answer.id])
+            .fetchone()
+        )
+        return row is not None and row[0] == 0
+
+    def supersede(self, answer: Message) -> None:
+        """Keep ``answer`` as an earlier version: its question has no current answer until
+        the next one is stored (regenerate)."""
+        with self.db.write() as db:
+            db.execute(
+                "UPDATE messages SET superseded = 1 WHERE id = ? AND role = 'assistant'",
+                [answer.id],
+            )
+
+    def choose_version(self, question_id: int, version: int) -> Message | None:
+        """Make the ``version``-th answer to a question (1: the first) its current one, the
+        one shown and repeated in later turns' prompts; None when there is no such version."""
+        if version < 1:
+            return None
+        with self.db.write() as db:
+            row = db.execute(
+                "SELECT id FROM messages WHERE reply_to = ? ORDER BY id LIMIT 1 OFFSET ?",
+                [question_id, version - 1],
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE messages SET superseded = 1 WHERE reply_to = ?", [question_id])
+            db.execute("UPDATE messages SET superseded = 0 WHERE id = ?", [row[0]])
+        return self.message(int(row[0]))
 
     def turns_before(self, question: Message) -> list[tuple[Message, Message]]:
         """Earlier (question, answer) pairs of the conversation, oldest first."""

@@ -143,3 +143,38 @@ def m015_chat_model_choice(db: sqlite_utils.Database) -> None:
     )
     db.execute("CREATE TABLE chat_model_offers (name TEXT PRIMARY KEY, offered_at REAL NOT NULL)")
     db.execute("ALTER TABLE conversations ADD COLUMN model TEXT")
+
+
+@MIGRATIONS.add()
+def m016_answer_feedback(db: sqlite_utils.Database) -> None:
+    """👍/👎 on an answer, with an optional comment: one per user per answer (given again,
+    it replaces the earlier one). Gone with the answer or the user."""
+    db.execute(
+        """
+        CREATE TABLE answer_feedback (
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            rating TEXT NOT NULL CHECK (rating IN ('up', 'down')),
+            comment TEXT NOT NULL DEFAULT '',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (message_id, user_id)
+        )
+        """
+    )
+    db.execute("CREATE INDEX answer_feedback_updated ON answer_feedback(updated_at)")
+
+
+@MIGRATIONS.add()
+def m017_answer_versions(db: sqlite_utils.Database) -> None:
+    """Regenerating keeps the earlier answer as a version: a question may have several
+    answers, of which one at most is current (shown, and repeated in later turns' prompts);
+    the others are ``superseded``. The one-answer-per-question index becomes one current
+    answer per question."""
+    db.execute("ALTER TABLE messages ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0")
+    db.execute("DROP INDEX messages_reply_to")
+    db.execute(
+        "CREATE UNIQUE INDEX messages_reply_to ON messages(reply_to)"
+        " WHERE reply_to IS NOT NULL AND superseded = 0"
+    )
+    db.execute("CREATE INDEX messages_versions ON messages(reply_to)")  # counting versions

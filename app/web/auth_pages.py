@@ -72,7 +72,11 @@ class AuthPages(Controller):
         user = await asyncio.to_thread(auth.users.authenticate, name, password) if name else None
         if user is None:
             await asyncio.sleep(auth.logins.delay(name, address))
-            context = {"next": safe_next(data.next), "error": "Wrong user name or password."}
+            context = {
+                "next": safe_next(data.next),
+                "error": "Wrong user name or password.",
+                "name": name[:64],  # kept in the form: only the password is typed again
+            }
             return Template("login.html", context=context, status_code=401)
         auth.logins.succeeded(name, address)
         # A new session id and CSRF token; the session the browser came with (if any) ends,

@@ -22,7 +22,7 @@ from app.schemas import RowId
 from app.state import Services
 from app.web.deps import provide_chat, provide_services
 from app.web.pages import form_row_id
-from app.web.ui_context import conversation_list_context
+from app.web.ui_context import cited_documents, conversation_list_context, feedback_given
 
 MAX_TITLE_CHARS = 80
 MAX_QUERY_CHARS = 200
@@ -149,7 +149,8 @@ class ConversationsUi(Controller):
     async def regenerate(
         self, message_id: RowId, services: Services, chat: ChatService
     ) -> Template:
-        """Write the last answer of a conversation again (its question stays)."""
+        """Write the last answer of a conversation again (its question stays); the answer
+        it replaces is kept as an earlier version, one ‹ click away."""
         answer = await asyncio.to_thread(services.conversations.message, message_id)
         if answer is None or answer.role != "assistant":
             raise NotFound("no such answer")
@@ -159,8 +160,35 @@ class ConversationsUi(Controller):
         question = await asyncio.to_thread(services.conversations.message, answer.reply_to)
         if question is None:
             raise Conflict("the question of this answer is gone")
-        await asyncio.to_thread(services.conversations.delete_answer, answer)
+        await asyncio.to_thread(services.conversations.supersede, answer)
         return Template("_answer_stream.html", context={"question": question})
+
+    @post("/questions/{question_id:int}/versions/{version:int}", status_code=200)
+    async def choose_version(
+        self,
+        question_id: RowId,
+        version: Annotated[int, Parameter(ge=1, le=10_000)],
+        services: Services,
+        chat: ChatService,
+    ) -> Template:
+        """Show the ``version``-th answer to a question (‹ 1/2 ›): it becomes the current
+        one, which later turns' prompts repeat as the conversation so far."""
+        if chat.is_answering(question_id):
+            raise Conflict("an answer is being written: stop it first")
+        chosen = await asyncio.to_thread(
+            services.conversations.choose_version, question_id, version
+        )
+        if chosen is None:
+            raise NotFound("no such version of this answer")
+
+        def context() -> dict[str, object]:
+            return {
+                "message": chosen,
+                "documents": cited_documents(services, chosen),
+                "feedback": feedback_given(services, [chosen]),
+            }
+
+        return Template("_answer_done.html", context=await asyncio.to_thread(context))
 
     @post("/messages/{message_id:int}/edit", status_code=200)
     async def edit(
@@ -181,9 +209,15 @@ class ConversationsUi(Controller):
         await asyncio.to_thread(conversations.truncate_from, question)
         conversation, asked = await asyncio.to_thread(chat.ask, text, question.conversation_id)
         kept = [m for m in messages if m.id < question.id]
+        given = await asyncio.to_thread(feedback_given, services, kept)
         return Template(
             "_edited.html",
-            context={"messages": kept, "question": asked, "conversation": conversation},
+            context={
+                "messages": kept,
+                "question": asked,
+                "conversation": conversation,
+                "feedback": given,
+            },
         )
 
 

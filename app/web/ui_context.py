@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from app.auth.access import readable_collections, readable_documents, visible_conversation_ids
+from app.auth.access import (
+    current_user_id,
+    readable_collections,
+    readable_documents,
+    visible_conversation_ids,
+)
 from app.auth.scope import current_access
 from app.chat.conversations import Conversation, Message
+from app.chat.feedback import AnswerFeedback, Feedback
 from app.chat.local_models import ChatModels
 from app.state import Services
 from retrieval.records import CollectionRecord, DocumentRecord
@@ -90,16 +97,52 @@ def upload_context(services: Services, opened_from: int | None = None) -> dict[s
 def shell_context(services: Services, conversation_id: int | None) -> dict[str, Any]:
     conversations = services.conversations
     conversation = conversations.get(conversation_id) if conversation_id else None
+    messages = conversations.messages(conversation.id) if conversation else []
     return {
         **library_context(services),
         **conversation_list_context(services),
         "conversation": conversation,
         "pinned": conversations.is_pinned(conversation.id) if conversation else False,
-        "messages": conversations.messages(conversation.id) if conversation else [],
+        "messages": messages,
+        "feedback": feedback_given(services, messages),
+        "suggestions": [] if conversation else suggested_questions(services),
         "status": status_context(services),
         **upload_context(services),
         **model_context(services, conversation),
     }
+
+
+def feedback_given(services: Services, messages: list[Message]) -> dict[int, Feedback]:
+    """The caller's 👍/👎 on the answers shown, by answer id."""
+    user_id = current_user_id()
+    if user_id is None:
+        return {}
+    store = AnswerFeedback(services.db)
+    given = (store.of(m.id, user_id) for m in messages if m.role == "assistant")
+    return {f.message_id: f for f in given if f is not None}
+
+
+SUGGESTIONS = 4
+
+
+def suggested_questions(services: Services) -> list[str]:
+    """First questions for an empty chat, from the titles of the documents the caller may
+    read (the most recently added first); no model is asked."""
+    readable = [c.id for c in readable_collections(services.store.collections())]
+    rows = services.db.read().execute(
+        "SELECT id FROM documents WHERE status = ?"
+        " AND collection_id IN (SELECT value FROM json_each(?))"
+        " ORDER BY created_at DESC, id DESC LIMIT ?",
+        [DocumentStatus.INDEXED.value, json.dumps(readable), SUGGESTIONS * 3],
+    )
+    questions: list[str] = []
+    for (document_id,) in rows:
+        document = services.store.get_document(document_id)
+        title = " ".join(document.display_title.split())[:80] if document else ""
+        question = f"What does “{title}” say?"
+        if title and question not in questions:
+            questions.append(question)
+    return questions[:SUGGESTIONS]
 
 
 def served_models(services: Services) -> set[str] | None:

@@ -3,11 +3,13 @@ answer is grounded at all, and an answer's citations as numbered on the page."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
 from app.chat.conversations import Message
-from app.chat.rendering import UNGROUNDED_NOTE, shown_citations, ungrounded
+from app.chat.rendering import UNGROUNDED_NOTE, shown_citations, shown_numbers, ungrounded
+from llm.citations import MARKER
 
 
 def filesize(size: int) -> str:
@@ -34,6 +36,19 @@ def shortdate(timestamp: float) -> str:
 def register_filters(filters: dict[str, Any]) -> None:
     filters.update(filesize=filesize, isotime=isotime, shorttime=shorttime, shortdate=shortdate)
     filters.update(ungrounded_note=ungrounded_note, shown_citations=shown_citations)
+    filters.update(copy_text=copy_text)
+
+
+def copy_text(message: Message) -> str:
+    """What an answer's Copy button copies: its text as written (Markdown), with each
+    citation marker numbered as the page shows it."""
+    numbers = shown_numbers(message)
+
+    def shown(match: re.Match[str]) -> str:
+        number = numbers.get(int(match.group(1)))
+        return match.group(0) if number is None else f"[{number}]"
+
+    return MARKER.sub(shown, message.content).strip()
 
 
 def ungrounded_note(message: Message) -> str:
