@@ -60,6 +60,14 @@ class Metrics:
             "ragdesk_rejected_requests", "Refused before inference.", ["model", "reason"],
             registry=r,
         )  # fmt: skip
+        self.drafted = Counter(
+            "ragdesk_speculative_drafted_tokens", "Drafted tokens checked by the model.",
+            ["model", "method"], registry=r,
+        )  # fmt: skip
+        self.accepted = Counter(
+            "ragdesk_speculative_accepted_tokens", "Drafted tokens the model accepted.",
+            ["model", "method"], registry=r,
+        )  # fmt: skip
         r.register(_BackendGauges(loaded))
         r.register(_RetrievalGauges(worker))
         r.register(FleetGauges(loaded))  # per-endpoint: app/fleet_metrics.py
@@ -79,6 +87,11 @@ class Metrics:
 
     def rejected(self, model: str, reason: str) -> None:
         self.rejects.labels(model, reason).inc()
+
+    def speculated(self, model: str, method: str, drafted: int, accepted: int) -> None:
+        """A finished request's speculative drafts (``SpeculationObserver``)."""
+        self.drafted.labels(model, method).inc(drafted)
+        self.accepted.labels(model, method).inc(accepted)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,12 +12,15 @@ from llm.channel import Completion
 from llm.chat_format import ChatTemplate, checked_chat_template
 from llm.engine.engine import Engine, EngineConfig, EngineObserver
 from llm.engine.kv_disk import KvDiskCache
+from llm.engine.speculative import Speculation, SpeculativeConfig, SpeculativeMethod
 from llm.inert import Neutralizer
 from llm.params import BackendStats, CompletionRequest
 from llm.prompt import ChatTemplateFormat, CompletionFormat, PromptFormat
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+    from llm.engine.native import NativeModel
 
 log = logging.getLogger(__name__)
 _Part = TypeVar("_Part", bound="DataclassInstance")
@@ -45,6 +48,10 @@ class LocalModelConfig:
     batch_invariant: bool = False
     kv_disk_dir: Path | None = None
     kv_disk_bytes: int = 0
+    speculative: SpeculativeMethod = "off"
+    speculative_tokens: int = 4
+    speculative_max_running: int = 2
+    draft_model: Path | None = None  # the GGUF that drafts for this one ("draft-model")
 
 
 class LocalModel:
@@ -77,7 +84,18 @@ class LocalModel:
                 model_fingerprint=fingerprint,
             )
         self._disk = disk
-        self.engine = Engine(native, _passed_on(config, EngineConfig), observer=observer, disk=disk)
+        try:
+            speculation = _speculation(config, native)
+        except Exception:
+            native.close()
+            raise
+        self.engine = Engine(
+            native,
+            _passed_on(config, EngineConfig),
+            observer=observer,
+            disk=disk,
+            speculation=speculation,
+        )
         self.context_tokens = self.engine.context_tokens
         self.device = "GPU" if native.offloaded else "CPU"
         self.memory_bytes = native.model_bytes + kv_cells * _kv_bytes_per_cell(native)
@@ -120,6 +138,34 @@ def _passed_on(config: LocalModelConfig, target: type[_Part], **derived: Any) ->
     own = {f.name for f in fields(config)}
     passed = {f.name: getattr(config, f.name) for f in fields(target) if f.name in own}
     return target(**{**passed, **derived})
+
+
+def _speculation(config: LocalModelConfig, native: NativeModel) -> Speculation | None:
+    """The drafter the config asks for; a draft model must share the target's vocabulary
+    (``VocabularyMismatch`` otherwise)."""
+    from llm.engine.drafting import Drafter, DraftModel, PromptLookup, check_same_vocabulary
+    from llm.engine.native import NativeModel
+
+    if config.speculative == "off":
+        return None
+    drafter: Drafter
+    if config.speculative == "prompt-lookup":
+        drafter = PromptLookup()
+    elif config.draft_model is None:
+        log.warning("model %s: speculative decoding by draft model, but none is set", config.name)
+        return None
+    else:
+        draft = NativeModel(replace(native.config, model_path=config.draft_model))
+        try:
+            check_same_vocabulary(native, draft)
+        except Exception:
+            draft.close()
+            raise
+        drafter = DraftModel(draft)
+    settings = SpeculativeConfig(
+        config.speculative, config.speculative_tokens, config.speculative_max_running
+    )
+    return Speculation(settings, drafter, min(config.context_tokens, native.kv_cells))
 
 
 def _formats(native: object, name: str) -> tuple[PromptFormat, ChatTemplate | None]:

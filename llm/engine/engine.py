@@ -16,13 +16,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from llm.channel import Completion
 from llm.engine.guard import SamplingFailed
 from llm.engine.kv_disk import KvDiskCache, SavedState
 from llm.engine.prefix_cache import PrefixCache
 from llm.engine.sequence import Seq
+from llm.engine.speculative import Speculation, verify
 from llm.params import (
     BackendStats,
     CompletionRequest,
@@ -63,6 +64,13 @@ class EngineObserver(Protocol):
     def rejected(self, model: str, reason: str) -> None: ...
 
 
+@runtime_checkable
+class SpeculationObserver(Protocol):
+    """An observer that also counts a finished request's drafted and accepted tokens."""
+
+    def speculated(self, model: str, method: str, drafted: int, accepted: int) -> None: ...
+
+
 class Engine:
     def __init__(
         self,
@@ -71,6 +79,7 @@ class Engine:
         *,
         observer: EngineObserver | None = None,
         disk: KvDiskCache | None = None,
+        speculation: Speculation | None = None,
     ):
         self.native = native
         self.config = config
@@ -78,6 +87,8 @@ class Engine:
         self.context_tokens = min(config.context_tokens, native.kv_cells)
         self._observer = observer
         self._disk = disk
+        self._spec_observer = observer if isinstance(observer, SpeculationObserver) else None
+        self._speculation = speculation
         sequences = native.config.n_seq_max - (1 if config.batch_invariant else 0)
         aligned = config.prefill_chunk if config.batch_invariant else 0
         self._cache: PrefixCache[Seq] = PrefixCache(native, sequences, aligned_to=aligned)
@@ -148,6 +159,8 @@ class Engine:
             self._closing = True
             self._wake.notify()
         self._thread.join()
+        if self._speculation is not None:
+            self._speculation.close()
         self.native.close()
 
     def _reject(self, reason: str) -> None:
@@ -216,25 +229,61 @@ class Engine:
             self._admit()
 
     def _decode_step(self, seqs: list[Seq]) -> None:
-        """One token for every generating sequence, in one ``llama_decode``."""
+        """One token for every generating sequence, in one ``llama_decode``; with speculation,
+        also each sequence's drafted tokens, every one with its logits."""
         n = self.native
+        drafts = self._drafts(seqs)
         n.clear_batch()
         rows = []
-        for seq in seqs:
+        for seq, draft in zip(seqs, drafts, strict=True):
             assert seq.slot is not None and seq.next_token is not None
-            rows.append(n.add(seq.next_token, len(seq.slot.tokens), seq.slot.seq_id, True))
+            base, seq_id = len(seq.slot.tokens), seq.slot.seq_id
+            rows.append(n.add(seq.next_token, base, seq_id, True))
+            for i, token in enumerate(draft):
+                n.add(token, base + 1 + i, seq_id, True)
         if self.config.batch_invariant:
-            for pos in range(len(self._cache.slots) - len(seqs)):
+            for pos in range(len(self._cache.slots) - n.batch_size):
                 n.add(0, pos, self._scratch, False)
         decoded = self._decode(seqs)
         if self.config.batch_invariant:
             n.seq_remove(self._scratch)
         if not decoded:
             return
-        for seq, row in zip(seqs, rows, strict=True):
+        for seq, row, draft in zip(seqs, rows, drafts, strict=True):
             assert seq.slot is not None and seq.next_token is not None
             seq.slot.tokens.append(seq.next_token)
-            self._sample(seq, row)
+            if draft:
+                self._verify(seq, row, draft)
+            else:
+                self._sample(seq, row)
+
+    def _drafts(self, seqs: list[Seq]) -> list[list[int]]:
+        if self._speculation is None:
+            return [[] for _ in seqs]
+        # batch-invariant: drafts take the place of padding rows, the batch keeps its size
+        rows = len(self._cache.slots) if self.config.batch_invariant else self.native.config.n_batch
+        room = rows - len(seqs)
+        return self._speculation.drafts(seqs, len(self._running()), room)
+
+    def _verify(self, seq: Seq, row: int, draft: list[int]) -> None:
+        """Accept the longest matching prefix of ``draft`` (see ``llm/engine/speculative.py``),
+        drop the rejected drafts' KV cells, and pass every emitted token through ``_accept``
+        as if it had been decoded alone."""
+        assert self._speculation is not None and seq.slot is not None
+        slot = seq.slot
+        try:
+            tokens, accepted = verify(draft, lambda i: seq.sampler.sample(row + i))
+        except SamplingFailed as exc:
+            self._finish(seq, "error", str(exc), status=400)
+            return
+        self._speculation.record(seq, len(draft), accepted)
+        self.native.seq_remove(slot.seq_id, len(slot.tokens) + accepted)
+        for i, token in enumerate(tokens):
+            if i:  # the previous token was an accepted draft: its KV cell is already there
+                slot.tokens.append(tokens[i - 1])
+            self._accept(seq, token)
+            if seq.slot is None:
+                return
 
     def _prefill_chunk(self, seq: Seq) -> int:
         """The next chunk of one prompt, in its own ``llama_decode``; returns its length.
@@ -319,6 +368,8 @@ class Engine:
             if reason == "error":  # a failed decode may have left cells its tokens don't name
                 self.native.seq_remove(slot.seq_id)
                 slot.tokens, slot.prefilled = [], 0
+            else:  # drafts checked past a stop: their cells go
+                self.native.seq_remove(slot.seq_id, len(slot.tokens))
             if self._disk and seq.request.cache_key and reason in ("stop", "length"):
                 state = self.native.seq_state(slot.seq_id)
                 self._disk.save(seq.request.cache_key, SavedState(list(slot.tokens), state))
@@ -326,6 +377,9 @@ class Engine:
         seq.completion.push(Finished(reason, usage, self.name, error, status))
         if self._observer:
             self._observer.finished(self.name, usage, reason)
+        if self._spec_observer and self._speculation and seq.spec.drafted:
+            method, spec = self._speculation.method, seq.spec
+            self._spec_observer.speculated(self.name, method, spec.drafted, spec.accepted)
 
     def _fail_everything(self, why: str) -> None:
         with self._wake:

@@ -266,6 +266,16 @@ class NativeModel:
             add(C.llama_sampler_init_dist(seed))
         return Sampler(chain, constraint, self.ctx, self._guard)
 
+    def greedy_sampler(self) -> Any:
+        """A stateless argmax sampler (a draft model's), for ``sample_with``."""
+        return C.llama_sampler_init_greedy()
+
+    def sample_with(self, sampler: Any, index: int) -> int:
+        return int(_fast.llama_sampler_sample(sampler, self.ctx, index))
+
+    def free_sampler(self, sampler: Any) -> None:
+        C.llama_sampler_free(sampler)
+
     def _grammar(self, grammar: str) -> Any:
         """A grammar sampler, compiled behind the guard: llama.cpp throws on some inputs."""
         if self._guard is None:

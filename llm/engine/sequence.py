@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llm.channel import Completion
+from llm.engine.acceptance import Acceptance
 from llm.engine.kv_disk import SavedState
 from llm.engine.slots import Slot
 from llm.engine.stops import StopMatcher
@@ -31,6 +32,7 @@ class Seq:
     next_token: int | None = None  # sampled, not yet decoded
     generated: int = 0
     last_emit: float = 0.0
+    spec: Acceptance = field(default_factory=Acceptance)  # its speculative drafts
     stops: StopMatcher = field(init=False)
     decoder: codecs.IncrementalDecoder = field(init=False)
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from llm.local import LocalModelConfig
 
 BundledName = Literal["gemma-3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+SpeculativeMethod = Literal["off", "prompt-lookup", "draft-model"]
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0"]
 
 
@@ -138,6 +139,22 @@ class GenerationSettings(Section):
         False,
         description="Pad decode batches so greedy output never depends on load (slower alone).",
     )
+    speculative: SpeculativeMethod = Field(
+        "off",
+        description="Speculative decoding: 'prompt-lookup' drafts by copying from the prompt, "
+        "'draft-model' with the model's entry in draft_models; checked in one decode step.",
+    )
+    speculative_tokens: int = Field(
+        4, ge=1, le=16, description="Most drafted tokens checked per sequence and step."
+    )
+    speculative_max_running: int = Field(
+        2, ge=1, le=64, description="Speculate only while this many requests or fewer run."
+    )
+    draft_models: dict[str, Path] = Field(
+        default_factory=dict,
+        description='Model name -> the GGUF drafting for it, as JSON: {"qwen": "q-0.5b.gguf"}; '
+        "it must have the same vocabulary.",
+    )
     kv_disk_mb: int = Field(
         1024, ge=0, description="Disk budget for saved conversation KV state (0 = off)."
     )
@@ -189,6 +206,7 @@ class GenerationSettings(Section):
             path=path,
             kv_disk_dir=kv_dir,
             kv_disk_bytes=self.kv_disk_bytes,
+            draft_model=self.draft_models.get(name) or self.draft_models.get(path.stem),
             **self._shared_with(LocalModelConfig),
         )
 
