@@ -66,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     restore.add_argument(
         "--data-dir", type=Path, required=True, help="the new data directory (absent or empty)"
     )
+    sync = commands.add_parser(
+        "sync", help="sync synced sources (all, or one by name or id) and ingest, then exit"
+    )
+    sync.add_argument("source", nargs="?", metavar="SOURCE", help="a source's name or id")
+    sync.add_argument("--list", action="store_true", help="list sources and their last run")
+    sync.add_argument("--data-dir", type=Path, help="database, index, uploads (default ./data)")
     args = parser.parse_args(argv)
     _stay_offline()
     if args.command == "serve":
@@ -112,6 +118,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(auth_commands.run(args))
     elif args.command == "models":
         sys.exit(model_commands.run(args))
+    elif args.command == "sync":
+        from app.sources.command import run_sync
+
+        settings = _settings(data_dir=args.data_dir)
+        with _owning(settings, "ragdesk sync"):  # while the server runs: its /api/sources
+            status = run_sync(settings, args.source, list_only=args.list)
+        sys.exit(status)
 
 
 def _stay_offline() -> None:

@@ -22,10 +22,12 @@ from app.errors import handle_error
 from app.lifespan import services_lifespan
 from app.openai.errors import openai_error_handler
 from app.ops.drain import Drain, DrainGate
+from app.sources.scheduler import sources_lifespan
 from app.web.admin_pages import AccountPages, AdminPages
 from app.web.api import ChatApi, DocumentsApi, SearchApi
-from app.web.api_accounts import KeysApi, UsersApi
+from app.web.api_accounts import GroupsApi, KeysApi, UsersApi
 from app.web.api_library import CollectionsApi, ConversationsApi
+from app.web.api_sources import SourcesApi
 from app.web.auth_pages import AuthPages
 from app.web.collections_ui import CollectionsUi
 from app.web.completions import CompletionsApi
@@ -35,6 +37,7 @@ from app.web.feedback_ui import FeedbackApi, FeedbackPages, FeedbackUi
 from app.web.health import live, metrics_endpoint, ready
 from app.web.openai import openai_router
 from app.web.pages import Pages, Partials
+from app.web.sso_pages import sso_routes
 from app.web.ui_format import register_filters
 
 # No inline script or style, nothing from other origins; htmx's SSE uses connect-src 'self'.
@@ -93,6 +96,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             live,
             ready,
             AuthPages,
+            *sso_routes(settings),
             AccountPages,
             AdminPages,
             EvalPages,
@@ -108,8 +112,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
             ChatApi,
             CollectionsApi,
             ConversationsApi,
+            SourcesApi,
             UsersApi,
             KeysApi,
+            GroupsApi,
             CompletionsApi,
             openai_router,
             metrics_endpoint,
@@ -119,7 +125,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ],
         state=State({"settings": settings, "drain": drain}),
         guards=[require_principal],  # every route; opt={"public": True} is the allowlist
-        lifespan=[services_lifespan],
+        lifespan=[services_lifespan, sources_lifespan],  # syncs stop before the services
         template_config=TemplateConfig(
             directory=settings.templates_dir,
             engine=JinjaTemplateEngine,

@@ -22,6 +22,7 @@ from app.chat.migrations import MIGRATIONS as CHAT
 from app.config.settings import Settings
 from app.factory import create_app
 from app.migrations import OWNERS, open_database
+from app.sources.migrations import MIGRATIONS as SOURCES
 from retrieval.db import Database
 from retrieval.migrations import MIGRATIONS as RETRIEVAL
 from retrieval.migrations import Migrations, apply_migrations
@@ -71,6 +72,11 @@ AUTH_TABLES = {
     "collection_members",
     "answer_sources",
     "api_answer_sources",
+    "groups",
+    "group_members",
+    "group_collections",
+    "user_identities",
+    "sso_logins",
 }
 CHAT_TABLES = {
     "conversations",
@@ -82,6 +88,7 @@ CHAT_TABLES = {
     "chat_model_offers",
     "answer_feedback",
 }
+SOURCES_TABLES = {"sources", "source_files", "sync_claims", "sync_runs"}
 # The migrations added since that release, in the order a release database runs them.
 SINCE_RELEASE = [m.name for owner in OWNERS for m in owner if not m.applied(set(OLD_NAMES))]
 
@@ -147,13 +154,14 @@ def test_retrieval_alone_creates_only_its_own_tables(tmp_path: Path) -> None:
 
 
 def test_each_owner_adds_its_own_tables_in_order(tmp_path: Path) -> None:
-    assert OWNERS == (RETRIEVAL, AUTH, CHAT)
+    assert OWNERS == (RETRIEVAL, AUTH, CHAT, SOURCES)
     db = sqlite_utils.Database(sqlite3.connect(tmp_path / "r.db"))
     expected: set[str] = set()
     for migrations, owned in (
         (RETRIEVAL, RETRIEVAL_TABLES),
         (AUTH, AUTH_TABLES),
         (CHAT, CHAT_TABLES),
+        (SOURCES, SOURCES_TABLES),
     ):
         apply_migrations(db, migrations)
         expected |= owned
@@ -164,11 +172,13 @@ def test_each_owner_adds_its_own_tables_in_order(tmp_path: Path) -> None:
 def test_a_fresh_database_gets_every_owners_migrations_once(tmp_path: Path) -> None:
     path = fresh(tmp_path)
     with sqlite3.connect(path) as conn:
-        assert tables(sqlite_utils.Database(conn)) == RETRIEVAL_TABLES | AUTH_TABLES | CHAT_TABLES
+        assert tables(sqlite_utils.Database(conn)) == (
+            RETRIEVAL_TABLES | AUTH_TABLES | CHAT_TABLES | SOURCES_TABLES
+        )
     conn.close()
     applied = migration_rows(path)
     assert [name for name, _ in applied] == [m.name for owner in OWNERS for m in owner]
-    assert {name.split(".")[0] for name, _ in applied} == {"retrieval", "auth", "chat"}
+    assert {name.split(".")[0] for name, _ in applied} == {"retrieval", "auth", "chat", "sources"}
     open_database(path).close()  # reopening applies nothing
     assert migration_rows(path) == applied
 
@@ -252,8 +262,9 @@ def test_a_database_from_before_accounts_gets_the_rest(tmp_path: Path) -> None:
         "auth.m008_accounts",
         "auth.m010_api_answer_sources",
         "auth.m011_session_last_seen",
+        *[name for name in SINCE_RELEASE if name.startswith("auth.")],  # owner by owner
         "chat.m008_conversation_owners",
-        *SINCE_RELEASE,
+        *[name for name in SINCE_RELEASE if not name.startswith("auth.")],
     ]
     assert schema(path) == schema(fresh(tmp_path))
     assert [row[:4] for row in contents(path)["conversations"]] == [(1, "t", 0.0, 0.0)]

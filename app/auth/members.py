@@ -1,9 +1,10 @@
 """Collection membership, and what a principal may read and write.
 
-Admins read and write every collection; staff the collections they are members of
-(writing needs ``can_write``). A key narrows its user's access to its collections, and
-a read-only key writes nothing. ``None`` means "every collection", and only ever for
-an unscoped admin, so a search for them skips the filter.
+Admins read and write every collection; staff the collections they are members of,
+directly or through a group (``app.auth.groups``; writing needs ``can_write``). A key
+narrows its user's access to its collections, and a read-only key writes nothing.
+``None`` means "every collection", and only ever for an unscoped admin, so a search for
+them skips the filter.
 """
 
 from __future__ import annotations
@@ -12,6 +13,14 @@ from dataclasses import dataclass
 
 from app.auth.principal import Principal
 from retrieval.db import Database
+
+# A user's collections: direct membership, and membership through groups.
+_READABLE = """SELECT collection_id FROM collection_members WHERE user_id = :user
+    UNION SELECT g.collection_id FROM group_collections g
+    JOIN group_members m ON m.group_id = g.group_id WHERE m.user_id = :user"""
+_WRITABLE = """SELECT collection_id FROM collection_members WHERE user_id = :user AND can_write = 1
+    UNION SELECT g.collection_id FROM group_collections g
+    JOIN group_members m ON m.group_id = g.group_id WHERE m.user_id = :user AND g.can_write = 1"""
 
 
 @dataclass(frozen=True)
@@ -55,8 +64,8 @@ class Members:
         return frozenset(int(r[0]) for r in rows)
 
     def _of_user(self, user_id: int, *, writing: bool) -> frozenset[int]:
-        sql = "SELECT collection_id FROM collection_members WHERE user_id = ?"
-        rows = self.db.read().execute(sql + (" AND can_write = 1" if writing else ""), [user_id])
+        """The user's own collections and those of every group the user is in."""
+        rows = self.db.read().execute(_WRITABLE if writing else _READABLE, {"user": user_id})
         return frozenset(int(r[0]) for r in rows)
 
     def readable(self, principal: Principal) -> frozenset[int] | None:

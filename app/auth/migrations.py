@@ -1,6 +1,7 @@
 """The tables of identity and access: users, browser sessions, API keys, collection
-membership and the answer audit. Applied after retrieval's (keys and members name
-collections), before chat's; see ``retrieval.migrations``."""
+membership, groups, single sign-on identities and the answer audit. Applied after
+retrieval's (keys and members name collections), before chat's; see
+``retrieval.migrations``."""
 
 from __future__ import annotations
 
@@ -108,3 +109,61 @@ def m011_session_last_seen(db: sqlite_utils.Database) -> None:
     absolute lifetime still ends them)."""
     db.execute("ALTER TABLE sessions ADD COLUMN last_seen_at REAL NOT NULL DEFAULT 0")
     db.execute("UPDATE sessions SET last_seen_at = ?", [time.time()])
+
+
+@MIGRATIONS.add()
+def m018_groups_and_sso(db: sqlite_utils.Database) -> None:
+    """Groups (members and collections, like a user's), single sign-on identities (a user
+    is linked to a provider's issuer + subject, never by e-mail alone), the sign-ins under
+    way (state, nonce and PKCE verifier: kept server-side, used once) and the ID token of
+    a session (for the provider's logout).
+
+    ``source`` says who manages a row: ``local`` (an admin, the API) or ``oidc`` (group
+    claims, rewritten at each sign-in), ``settings`` (RAGDESK_OIDC_GROUP_COLLECTIONS)."""
+    db.execute(
+        """CREATE TABLE groups (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+            created_at REAL NOT NULL
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE group_members (
+            group_id INTEGER NOT NULL REFERENCES groups(id) ON DELETE CASCADE,
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            source TEXT NOT NULL CHECK (source IN ('local', 'oidc')),
+            PRIMARY KEY (group_id, user_id)
+        )"""
+    )
+    db.table("group_members").create_index(["user_id"])
+    db.execute(
+        """CREATE TABLE group_collections (
+            group_id INTEGER NOT NULL REFERENCES groups(id) ON DELETE CASCADE,
+            collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+            can_write INTEGER NOT NULL DEFAULT 0,
+            source TEXT NOT NULL CHECK (source IN ('local', 'settings')),
+            PRIMARY KEY (group_id, collection_id)
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE user_identities (
+            issuer TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            created_at REAL NOT NULL,
+            last_sign_in_at REAL NOT NULL,
+            PRIMARY KEY (issuer, subject)
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE sso_logins (
+            state_hash TEXT PRIMARY KEY,
+            browser_hash TEXT NOT NULL,
+            nonce TEXT NOT NULL,
+            code_verifier TEXT NOT NULL,
+            redirect_uri TEXT NOT NULL,
+            next TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )"""
+    )
+    db.execute("ALTER TABLE sessions ADD COLUMN id_token TEXT")

@@ -7,8 +7,11 @@ import sys
 from dataclasses import dataclass
 
 from app.auth.audit import Audit
+from app.auth.groups import Groups
+from app.auth.identities import Identities
 from app.auth.keys import ApiKeys
 from app.auth.members import Members
+from app.auth.oidc import OidcClient, PendingLogins
 from app.auth.ownership import Ownership
 from app.auth.passwords import Passwords, generate_password
 from app.auth.ratelimit import KeyFailures, LoginThrottle, TokenBuckets
@@ -32,6 +35,10 @@ class Auth:
     buckets: TokenBuckets
     logins: LoginThrottle
     key_failures: KeyFailures
+    groups: Groups
+    identities: Identities
+    sso_logins: PendingLogins
+    oidc: OidcClient | None  # None: single sign-on is off
 
 
 def passwords_for(settings: Settings) -> Passwords:
@@ -45,8 +52,9 @@ def passwords_for(settings: Settings) -> Passwords:
 
 def open_auth(settings: Settings, db: Database) -> Auth:
     auth = settings.auth
+    users, groups = Users(db, passwords_for(settings)), Groups(db)
     return Auth(
-        users=Users(db, passwords_for(settings)),
+        users=users,
         sessions=Sessions(db, auth.session_lifetime_s, auth.session_idle_s),
         keys=ApiKeys(db),
         members=Members(db),
@@ -59,6 +67,10 @@ def open_auth(settings: Settings, db: Database) -> Auth:
             window_s=auth.login_failure_window_s,
         ),
         key_failures=KeyFailures(auth.key_max_failures_per_address, auth.login_failure_window_s),
+        groups=groups,
+        identities=Identities(db, users, groups),
+        sso_logins=PendingLogins(db),
+        oidc=OidcClient(auth) if auth.oidc_enabled else None,
     )
 
 

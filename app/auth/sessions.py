@@ -35,11 +35,14 @@ class Sessions:
         # for short idle settings (a session used every minute must never look idle).
         self.touch_every_s = min(TOUCH_EVERY_S, idle_s / 4) if idle_s > 0 else TOUCH_EVERY_S
 
-    def create(self, user: User, *, replacing: str | None = None) -> tuple[str, Session]:
+    def create(
+        self, user: User, *, replacing: str | None = None, id_token: str | None = None
+    ) -> tuple[str, Session]:
         """A new session for ``user``; returns the cookie value (never stored) and the session.
 
         ``replacing``: the cookie the browser signed in with, whose session ends now. The
-        session id and its CSRF token are always new at sign-in, never carried over."""
+        session id and its CSRF token are always new at sign-in, never carried over.
+        ``id_token``: a single sign-on's ID token, the hint for the provider's logout."""
         token, now = new_token(), time.time()
         session = Session(user, new_token(), now + self.lifetime_s, now)
         with self.db.write() as db:
@@ -48,8 +51,16 @@ class Sessions:
                 db.execute("DELETE FROM sessions WHERE token_hash = ?", [token_hash(replacing)])
             db.execute(
                 "INSERT INTO sessions (token_hash, user_id, csrf_token, created_at, expires_at,"
-                " last_seen_at) VALUES (?, ?, ?, ?, ?, ?)",
-                [token_hash(token), user.id, session.csrf_token, now, session.expires_at, now],
+                " last_seen_at, id_token) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    token_hash(token),
+                    user.id,
+                    session.csrf_token,
+                    now,
+                    session.expires_at,
+                    now,
+                    id_token,
+                ],
             )
         return token, session
 
@@ -99,6 +110,15 @@ class Sessions:
                 "UPDATE sessions SET last_seen_at = ? WHERE token_hash = ? AND last_seen_at <= ?",
                 [now, token_hash(token), now - self.touch_every_s],
             )
+
+    def id_token(self, token: str) -> str | None:
+        """The ID token the session was signed in with (None: a local sign-in)."""
+        row = (
+            self.db.read()
+            .execute("SELECT id_token FROM sessions WHERE token_hash = ?", [token_hash(token)])
+            .fetchone()
+        )
+        return str(row[0]) if row is not None and row[0] else None
 
     def delete(self, token: str) -> None:
         with self.db.write() as db:

@@ -69,7 +69,8 @@ class Users:
         if len(password) > MAX_PASSWORD_CHARS or len(name) > 64:
             return None
         row = self.db.read().execute("SELECT * FROM users WHERE name = ?", [name]).fetchone()
-        stored = str(row["password_hash"]) if row else None
+        # An account made by single sign-on has no password (''): verified like no account.
+        stored = str(row["password_hash"]) if row and row["password_hash"] else None
         if not self.passwords.verify(stored, password) or row is None or row["disabled"]:
             return None
         if stored and self.passwords.needs_rehash(stored):

@@ -1,4 +1,5 @@
-"""The native JSON API for accounts (admins only): ``/api/users`` and ``/api/keys``.
+"""The native JSON API for accounts (admins only): ``/api/users``, ``/api/keys`` and
+``/api/groups`` (groups, their members and their collections).
 
 Generated passwords and new keys are in the creating response only; the server keeps
 their hashes.
@@ -7,12 +8,14 @@ their hashes.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.di import Provide
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
+from app.auth.groups import Group
 from app.auth.keys import ApiKey
 from app.auth.passwords import generate_password
 from app.auth.principal import User
@@ -23,6 +26,7 @@ from app.schemas import (
     KeyIn,
     KeyList,
     KeyOut,
+    Name,
     RowId,
     UserCreated,
     UserIn,
@@ -118,3 +122,129 @@ def _create_key(services: Services, data: KeyIn) -> KeyCreated:
         user, name=data.name, read_only=data.read_only, collections=collections
     )
     return KeyCreated(**_key_fields(created), key=key)
+
+
+class GroupIn(msgspec.Struct, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
+class GroupMemberIn(msgspec.Struct, forbid_unknown_fields=True):
+    user: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
+class GroupCollectionIn(msgspec.Struct, forbid_unknown_fields=True):
+    collection: Name
+    write: bool = False  # members may upload and delete too
+
+
+class GroupMemberOut(msgspec.Struct):
+    user_id: int
+    user_name: str
+    source: str  # local (added here) or oidc (from the provider's group claim)
+
+
+class GroupCollectionOut(msgspec.Struct):
+    collection_id: int
+    collection: str
+    write: bool
+    source: str  # local (given here) or settings (RAGDESK_OIDC_GROUP_COLLECTIONS)
+
+
+class GroupOut(msgspec.Struct):
+    id: int
+    name: str
+    created_at: float
+    members: list[GroupMemberOut]
+    collections: list[GroupCollectionOut]
+
+
+class GroupList(msgspec.Struct):
+    groups: list[GroupOut]
+
+
+class GroupsApi(_AccountsApi):
+    """Groups: members read (and, with ``write``, change) the group's collections."""
+
+    path = "/api/groups"
+
+    @get()
+    async def list_groups(self, services: Services) -> GroupList:
+        return await asyncio.to_thread(_group_list, services)
+
+    @post(status_code=HTTP_201_CREATED)
+    async def create_group(self, data: GroupIn, services: Services) -> GroupOut:
+        try:
+            group = await asyncio.to_thread(services.auth.groups.create, data.name)
+        except AccountError as exc:
+            raise UnprocessableInput(str(exc)) from None
+        return await asyncio.to_thread(_group_out, services, group)
+
+    @delete("/{group_id:int}", status_code=HTTP_204_NO_CONTENT)
+    async def delete_group(self, group_id: RowId, services: Services) -> None:
+        if not await asyncio.to_thread(services.auth.groups.delete, group_id):
+            raise NotFound("no such group")
+
+    @post("/{group_id:int}/members")
+    async def add_member(
+        self, group_id: RowId, data: GroupMemberIn, services: Services
+    ) -> GroupOut:
+        """The user joins the group (an admin's addition: sign-in never removes it)."""
+        return await asyncio.to_thread(_add_member, services, group_id, data.user)
+
+    @delete("/{group_id:int}/members/{user_id:int}", status_code=HTTP_204_NO_CONTENT)
+    async def remove_member(self, group_id: RowId, user_id: RowId, services: Services) -> None:
+        if not await asyncio.to_thread(services.auth.groups.remove_member, group_id, user_id):
+            raise NotFound("no such member")
+
+    @post("/{group_id:int}/collections")
+    async def grant_collection(
+        self, group_id: RowId, data: GroupCollectionIn, services: Services
+    ) -> GroupOut:
+        """Members may read the collection (and change it, with ``write``)."""
+        return await asyncio.to_thread(_grant, services, group_id, data)
+
+    @delete("/{group_id:int}/collections/{collection_id:int}", status_code=HTTP_204_NO_CONTENT)
+    async def revoke_collection(
+        self, group_id: RowId, collection_id: RowId, services: Services
+    ) -> None:
+        if not await asyncio.to_thread(services.auth.groups.revoke, group_id, collection_id):
+            raise NotFound("the group has no such collection")
+
+
+def _group_out(services: Services, group: Group) -> GroupOut:
+    groups = services.auth.groups
+    members = [GroupMemberOut(m.user_id, m.user_name, m.source) for m in groups.members(group.id)]
+    grants = [
+        GroupCollectionOut(g.collection_id, g.collection_name, g.can_write, g.source)
+        for g in groups.grants(group.id)
+    ]
+    return GroupOut(group.id, group.name, group.created_at, members, grants)
+
+
+def _group_list(services: Services) -> GroupList:
+    return GroupList([_group_out(services, g) for g in services.auth.groups.list()])
+
+
+def _require_group(services: Services, group_id: int) -> Group:
+    group = services.auth.groups.get(group_id)
+    if group is None:
+        raise NotFound("no such group")
+    return group
+
+
+def _add_member(services: Services, group_id: int, user_name: str) -> GroupOut:
+    group = _require_group(services, group_id)
+    user = services.auth.users.by_name(user_name)
+    if user is None:
+        raise UnprocessableInput(f"no user named {user_name!r}")
+    services.auth.groups.add_member(group.id, user.id)
+    return _group_out(services, group)
+
+
+def _grant(services: Services, group_id: int, data: GroupCollectionIn) -> GroupOut:
+    group = _require_group(services, group_id)
+    ids = {c.name: c.id for c in services.store.collections()}
+    if data.collection not in ids:
+        raise UnprocessableInput(f"no collection named {data.collection!r}")
+    services.auth.groups.grant(group.id, ids[data.collection], can_write=data.write)
+    return _group_out(services, group)

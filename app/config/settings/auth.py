@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 
 from app.config.settings.section import Section
 
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
 
 class AuthSettings(Section):
-    """Accounts and access: sessions, password hashing, throttles, rate limits (app/auth)."""
+    """Accounts and access: sessions, password hashing, throttles, rate limits, single
+    sign-on (app/auth)."""
 
     session_lifetime_s: float = Field(
         43200.0, ge=60, le=90 * 86400, description="How long a browser session lasts."
@@ -52,3 +56,60 @@ class AuthSettings(Section):
     rate_limit_burst: int = Field(
         120, ge=1, description="Requests a key or user may make at once before the rate applies."
     )
+    local_login: bool = Field(
+        True,
+        description="Sign-in with a local user name and password; false leaves single sign-on "
+        "(oidc_issuer) as the only way in for browsers (API keys still work).",
+    )
+    oidc_issuer: str = Field(
+        "",
+        description="OpenID Connect single sign-on: the provider's issuer URL (its discovery "
+        "document is <issuer>/.well-known/openid-configuration); empty = off. HTTPS, except "
+        "on a loopback address.",
+    )
+    oidc_client_id: str = Field("", description="The client id registered at the provider.")
+    oidc_client_secret: SecretStr = Field(
+        SecretStr(""),
+        description="The client secret; empty = a public client (PKCE only).",
+    )
+    oidc_provider_name: str = Field(
+        "single sign-on",
+        max_length=60,
+        description="Shown on the sign-in page as 'Sign in with <name>'.",
+    )
+    oidc_scopes: str = Field(
+        "openid profile email", description="Scopes asked for (must include openid)."
+    )
+    oidc_groups_claim: str = Field(
+        "groups", description="The ID-token claim that lists the user's groups."
+    )
+    oidc_group_roles: dict[str, Literal["admin", "staff"]] = Field(
+        default_factory=dict,
+        description='Provider group -> role, as JSON ({"ragdesk-admins": "admin"}); when set, '
+        "each sign-in sets the role from the groups (admin if any group says so).",
+    )
+    oidc_group_collections: dict[str, dict[str, Literal["read", "write"]]] = Field(
+        default_factory=dict,
+        description="Provider group -> {collection: read|write}, as JSON; the Ragdesk group of "
+        "that name gets these collections, and members join it at sign-in.",
+    )
+
+    @property
+    def oidc_enabled(self) -> bool:
+        return bool(self.oidc_issuer)
+
+    @model_validator(mode="after")
+    def _sign_in_possible(self) -> AuthSettings:
+        if self.oidc_issuer:
+            if not self.oidc_client_id:
+                raise ValueError("oidc_issuer needs oidc_client_id")
+            if "openid" not in self.oidc_scopes.split():
+                raise ValueError("oidc_scopes must include openid")
+            url = urlsplit(self.oidc_issuer)
+            if url.scheme != "https" and not (
+                url.scheme == "http" and url.hostname in LOOPBACK_HOSTS
+            ):
+                raise ValueError("oidc_issuer must be an https URL (http only on loopback)")
+        elif not self.local_login:
+            raise ValueError("local_login=false needs single sign-on (oidc_issuer)")
+        return self

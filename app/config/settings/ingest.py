@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr
 
 from app.config.settings.section import Section, flat_alias
 from retrieval.ingest import IngestConfig
 from retrieval.parsers.ocr import OcrOptions
+
+
+class SourceCredential(BaseModel):
+    """Keys for an S3-compatible bucket, named by synced sources (app/sources): secrets are
+    never logged, shown or returned."""
+
+    model_config = {"extra": "forbid", "frozen": True}
+
+    access_key_id: SecretStr
+    secret_access_key: SecretStr
+    session_token: SecretStr | None = None
 
 
 class IngestSettings(Section):
@@ -63,6 +76,24 @@ class IngestSettings(Section):
         description="Cached vectors that no passage needs now (deleted documents, models "
         "used before a reindex) are kept up to this size, least recently used evicted "
         "first; vectors of live passages are always kept (0 = keep none).",
+    )
+
+    source_roots: list[Path] = Field(
+        default_factory=list,
+        description="Directories under which synced directory sources may be created "
+        "(JSON list); none: directory sources are refused.",
+    )
+    source_credentials: dict[str, SourceCredential] = Field(
+        default_factory=dict,
+        description="S3 credentials that synced bucket sources name (JSON object: name -> "
+        "access_key_id, secret_access_key, optional session_token).",
+    )
+    sync_check_s: float = Field(
+        15.0,
+        ge=0,
+        le=3600,
+        description="How often the server looks for synced sources due for their scheduled "
+        "sync (0: scheduled syncs off; on-demand syncs still run).",
     )
 
     @property

@@ -1,0 +1,144 @@
+"""Groups: the admin API, and the permission filter with groups. The canary of
+tests/test_permissions.py, in team B's collection, reaches carol (in no collection) only
+while she is in a group given team B, and never again once she is out of it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from litestar.testing import TestClient
+
+from app.auth.sessions import COOKIE_NAME
+from tests.conftest import add_key, add_user, fake_model, login
+from tests.test_permissions import CANARY, ask_api, sign_in_as, two_teams  # noqa: F401
+
+
+def as_admin(client: TestClient[Any]) -> None:
+    sign_in_as(client, "tester")
+
+
+def canary_reached(client: TestClient[Any], b_doc: int) -> dict[str, bool]:
+    """Where the canary reaches the signed-in user: search, a chat prompt and answer, the
+    document page, the document list, /v1 with the user's key."""
+    model = fake_model(client)
+    hits = client.post("/api/search", json={"query": f"soup {CANARY}", "k": 10}).json()["hits"]
+    before = len(model.history)
+    done = ask_api(client, "What is the secret soup?")
+    prompts = " ".join(r.prompt for r in model.history[before:])
+    page = client.get(f"/documents/{b_doc}/pages/1")
+    listed = [d["id"] for d in client.get("/api/documents").json()["documents"]]
+    cookies = dict(client.cookies)
+    client.cookies.clear()
+    name = client.app.state.services.auth.sessions.get(cookies[COOKIE_NAME]).user.name
+    before_v1 = len(model.history)
+    v1 = client.post(  # a grounded /v1 answer: retrieval over what the key may read
+        "/v1/chat/completions",
+        json={"model": "rag", "messages": [{"role": "user", "content": "secret soup?"}]},
+        headers={"Authorization": f"Bearer {add_key(client, name)}"},
+    )
+    for key, value in cookies.items():
+        client.cookies.set(key, value)
+    return {
+        "search": CANARY in json.dumps(hits),
+        "prompt": CANARY in prompts,
+        "citations": b_doc in {c["document_id"] for c in done["citations"]},
+        "page": page.status_code == 200,
+        "list": b_doc in listed,
+        "v1": v1.is_success and CANARY in " ".join(r.prompt for r in model.history[before_v1:]),
+    }
+
+
+def test_a_group_gives_access_and_taking_it_away_hides_the_canary_again(
+    client: TestClient[Any],
+    two_teams: dict[str, Any],  # noqa: F811
+) -> None:
+    add_user(client, "carol")
+    as_admin(client)
+    group = client.post("/api/groups", json={"name": "team-b-readers"}).json()
+    granted = client.post(
+        f"/api/groups/{group['id']}/collections", json={"collection": "team-b"}
+    ).json()
+    assert granted["collections"] == [
+        {"collection_id": two_teams["b"], "collection": "team-b", "write": False, "source": "local"}
+    ]
+    b_doc = two_teams["b_doc"]
+
+    sign_in_as(client, "carol")
+    assert not any(canary_reached(client, b_doc).values())  # in no collection, no group
+
+    as_admin(client)
+    joined = client.post(f"/api/groups/{group['id']}/members", json={"user": "carol"}).json()
+    carol = client.app.state.services.auth.users.by_name("carol")
+    assert joined["members"] == [{"user_id": carol.id, "user_name": "carol", "source": "local"}]
+    sign_in_as(client, "carol")
+    assert all(canary_reached(client, b_doc).values())  # through the group
+    files = [("file", ("c.md", b"# More\n\nmore text"))]
+    assert client.post("/api/documents?collection=team-b", files=files).status_code == 403
+
+    as_admin(client)
+    removed = client.delete(f"/api/groups/{group['id']}/members/{carol.id}")
+    assert removed.status_code == 204
+    sign_in_as(client, "carol")
+    assert not any(canary_reached(client, b_doc).values())  # out of the group: gone again
+
+
+def test_write_through_a_group_and_deleting_the_group(
+    client: TestClient[Any],
+    two_teams: dict[str, Any],  # noqa: F811
+) -> None:
+    add_user(client, "carol")
+    as_admin(client)
+    group = client.post("/api/groups", json={"name": "writers"}).json()
+    client.post(f"/api/groups/{group['id']}/members", json={"user": "carol"})
+    client.post(
+        f"/api/groups/{group['id']}/collections", json={"collection": "team-b", "write": True}
+    )
+    sign_in_as(client, "carol")
+    files = [("file", ("c.md", b"# More\n\nmore text"))]
+    assert client.post("/api/documents?collection=team-b", files=files).status_code == 201
+    as_admin(client)
+    assert client.delete(f"/api/groups/{group['id']}").status_code == 204
+    assert client.get("/api/groups").json() == {"groups": []}
+    sign_in_as(client, "carol")
+    assert client.get(f"/api/documents/{two_teams['b_doc']}").status_code == 404
+
+
+def test_the_group_api_is_for_admins_and_checks_its_input(
+    client: TestClient[Any],
+    two_teams: dict[str, Any],  # noqa: F811
+) -> None:
+    as_admin(client)
+    assert client.post("/api/groups", json={"name": "bad name!"}).status_code == 422
+    group = client.post("/api/groups", json={"name": "eng"}).json()
+    assert client.post("/api/groups", json={"name": "ENG"}).status_code == 422  # taken
+    url = f"/api/groups/{group['id']}"
+    assert client.post(f"{url}/members", json={"user": "nobody"}).status_code == 422
+    assert client.post(f"{url}/collections", json={"collection": "nope"}).status_code == 422
+    assert client.post("/api/groups/999/members", json={"user": "ann"}).status_code == 404
+    assert client.delete("/api/groups/999").status_code == 404
+    assert client.delete(f"{url}/collections/{two_teams['a']}").status_code == 404
+    sign_in_as(client, "ann")
+    assert client.get("/api/groups").status_code == 403
+    assert client.post("/api/groups", json={"name": "mine"}).status_code == 403
+
+
+def test_a_collection_limited_key_stays_limited_with_groups(
+    client: TestClient[Any],
+    two_teams: dict[str, Any],  # noqa: F811
+) -> None:
+    auth = client.app.state.services.auth
+    ann = auth.users.by_name("ann")
+    group = auth.groups.create("b-readers")
+    auth.groups.add_member(group.id, ann.id)
+    auth.groups.grant(group.id, two_teams["b"])
+    client.cookies.clear()
+    only_a = add_key(client, "ann", collections={two_teams["a"]})
+    hits = client.post(
+        "/api/search",
+        json={"query": CANARY, "k": 10},
+        headers={"Authorization": f"Bearer {only_a}"},
+    )
+    assert hits.status_code == 200 and CANARY not in hits.text
+    login(client, "ann")
+    assert CANARY in client.post("/api/search", json={"query": CANARY, "k": 10}).text
