@@ -21,10 +21,23 @@ from retrieval.vector_sync import SyncReport, open_index
 
 def build_embedder(settings: Settings) -> Embedder:
     """The configured embedder (heavy: loads the model)."""
-    backend = settings.embedder.embedder_backend
+    embed, backend = settings.embedder, settings.embedder.embedder_backend
+    if urls := embed.remote_urls():  # README § Remote embeddings (the backend is not used)
+        from retrieval import remote_embedder
+
+        key = embed.embedder_api_key
+        return remote_embedder.connect(
+            urls,
+            remote_model=embed.embedder_remote_model or "",
+            local_dir=embed.embedder_model or bundled_embedder_dir(),
+            same_as_local=embed.embedder_remote_same_as_local,
+            api_key=key.get_secret_value() if key is not None else None,
+            texts_per_request=embed.embed_batch_size,
+            timeout_s=embed.embedder_remote_timeout_s,
+        )
     if backend == "fake":
         return HashingEmbedder()
-    model_dir = settings.embedder.embedder_model or bundled_embedder_dir()
+    model_dir = embed.embedder_model or bundled_embedder_dir()
     if backend in ("onnx", "onnx-int8"):
         from retrieval.onnx_embedder import OnnxEmbedder, export_onnx
 

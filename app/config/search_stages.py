@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from app.config.settings import Settings
 from retrieval.embedder import Embedder, HashingEmbedder
+from retrieval.remote_embedder import RemoteEmbedder
 from retrieval.rerank import Reranker
 
 
@@ -16,6 +17,8 @@ def batched(
     waits while ``busy()`` (a model is generating), up to ``embed_ingest_yield_s``."""
     if isinstance(embedder, HashingEmbedder):
         return embedder  # nothing to batch: tests and demos see the fake itself
+    if isinstance(embedder, RemoteEmbedder):
+        return embedder  # spreads its calls over its endpoints, which batch them
     from retrieval.batching import BatchingEmbedder
 
     embed = settings.embedder
