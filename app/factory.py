@@ -34,9 +34,11 @@ from app.web.completions import CompletionsApi
 from app.web.conversations_ui import ConversationsUi
 from app.web.eval_ui import EvalPages
 from app.web.feedback_ui import FeedbackApi, FeedbackPages, FeedbackUi
+from app.web.groups_ui import GroupsPages
 from app.web.health import live, metrics_endpoint, ready
 from app.web.openai import openai_router
 from app.web.pages import Pages, Partials
+from app.web.sources_ui import SourcesPages
 from app.web.sso_pages import sso_routes
 from app.web.ui_format import register_filters
 
@@ -101,6 +103,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             AdminPages,
             EvalPages,
             FeedbackPages,
+            SourcesPages,
+            GroupsPages,
             FeedbackUi,
             FeedbackApi,
             Pages,

@@ -17,6 +17,10 @@ ADMIN_ONLY = [
     ("POST", "/admin/members/remove", {"collection_id": "1", "user_id": "1"}),
     ("POST", "/admin/keys/1/revoke", {}),
     ("POST", "/admin/models", {"offered": "default"}),
+    ("GET", "/admin/sources", None),
+    ("POST", "/admin/sources", {"name": "s", "kind": "directory", "collection": "default"}),
+    ("GET", "/admin/groups", None),
+    ("POST", "/admin/groups", {"name": "eng"}),
 ]
 
 
