@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import threading
 from collections.abc import Callable
@@ -238,11 +239,17 @@ class RemoteBackend:
         self._client.close()
 
 
+# The longest a server's own Retry-After keeps it out of a fleet (health checks go on).
+MAX_RETRY_AFTER_S = 300.0
+
+
 def _failure(response: httpx.Response) -> tuple[Failure, float | None]:
     status = response.status_code
     if status == 503:
         with contextlib.suppress(ValueError):  # seconds; an HTTP date is rare enough to ignore
-            return "busy", max(0.0, float(response.headers.get("Retry-After", "")))
+            wait = float(response.headers.get("Retry-After", ""))
+            if math.isfinite(wait):  # "inf" or 1e300 must not park an endpoint for ever
+                return "busy", min(max(0.0, wait), MAX_RETRY_AFTER_S)
         return "busy", None
     return ("server" if status >= 500 else "refused"), None
 

@@ -129,6 +129,7 @@ class RemoteEmbedder:
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(len(urls) * max_outstanding, "ragdesk-remote-embed")
         self._dimension: int | None = None  # checked in every answer once the probe set it
+        self._tolerance = tolerance  # the health checks hold nodes to the start's standard
         try:
             self.reference = self._probe_all(expected, tolerance)
         except BaseException:
@@ -288,7 +289,8 @@ class RemoteEmbedder:
                 if self._stop.is_set() or time.monotonic() < node.next_check:
                     continue
                 try:
-                    why = _differs(self._post(node, list(PROBE_TEXTS)), self.reference)
+                    answer = self._post(node, list(PROBE_TEXTS))
+                    why = _differs(answer, self.reference, self._tolerance)
                 except _Failed as failure:
                     if failure.kind == "busy":  # up, but not now: only set aside
                         with self._cond:

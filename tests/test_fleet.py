@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 
 from app.config.models import _loader
@@ -19,7 +20,7 @@ from llm.backend import Backend, wait_idle
 from llm.fleet import Fleet
 from llm.fleet_health import Endpoint
 from llm.params import CompletionRequest, Overloaded
-from llm.remote import RemoteBackend
+from llm.remote import MAX_RETRY_AFTER_S, RemoteBackend, _failure
 from tests.test_remote import WORDS, Upstream, collect, make_handler
 
 
@@ -316,3 +317,13 @@ def test_a_url_list_configures_a_fleet_and_one_url_stays_plain(nodes: tuple[Node
         single.close()
     with pytest.raises(ValueError, match="distinct"):
         ModelEntry.model_validate({"url": [a.url, a.url]})
+
+
+@pytest.mark.parametrize(
+    ("header", "wait"),
+    [("7", 7.0), ("-3", 0.0), ("1e9", MAX_RETRY_AFTER_S), ("inf", None), ("x", None)],
+)
+def test_a_servers_retry_after_is_believed_only_within_bounds(
+    header: str, wait: float | None
+) -> None:
+    assert _failure(httpx.Response(503, headers={"Retry-After": header})) == ("busy", wait)

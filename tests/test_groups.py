@@ -5,11 +5,21 @@ while she is in a group given team B, and never again once she is out of it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from litestar.testing import TestClient
+from pydantic import ValidationError
 
+from app.auth.groups import Groups
+from app.auth.identities import ClaimRules
+from app.auth.passwords import Passwords
 from app.auth.sessions import COOKIE_NAME
+from app.auth.users import Users
+from app.config.settings.auth import AuthSettings
+from app.migrations import open_database
+from retrieval.store import DocumentStore
 from tests.conftest import add_key, add_user, fake_model, login
 from tests.test_permissions import CANARY, ask_api, sign_in_as, two_teams  # noqa: F401
 
@@ -142,3 +152,35 @@ def test_a_collection_limited_key_stays_limited_with_groups(
     assert hits.status_code == 200 and CANARY not in hits.text
     login(client, "ann")
     assert CANARY in client.post("/api/search", json={"query": CANARY, "k": 10}).text
+
+
+def test_settings_never_change_an_admins_own_grant(tmp_path: Path) -> None:
+    """A collection an admin gave a group stays as the admin gave it, whatever the OIDC
+    settings say, so taking a mapping out of the settings cannot leave a write behind."""
+    db = open_database(tmp_path / "r.db")
+    groups = Groups(db)
+    collection = DocumentStore(db).ensure_collection("engineering")
+    group = groups.create("eng")
+    groups.grant(group.id, collection, can_write=False)
+    user = Users(db, Passwords(time_cost=1, memory_kib=1024, parallelism=1)).create(
+        "ann", "a-long-password"
+    )
+    groups.sync_claimed(user.id, ["eng"], {"eng": {collection: True}})
+    assert [(g.can_write, g.source) for g in groups.grants(group.id)] == [(False, "local")]
+    groups.sync_claimed(user.id, ["eng"], {})
+    assert [(g.can_write, g.source) for g in groups.grants(group.id)] == [(False, "local")]
+    db.close()
+
+
+@pytest.mark.parametrize("name", ["/eng", "Ragdesk Admins", ""])
+def test_group_names_a_claim_could_never_join_are_refused(name: str) -> None:
+    with pytest.raises(ValidationError, match="group names"):
+        AuthSettings(oidc_group_collections={name: {"x": "read"}})
+    with pytest.raises(ValidationError, match="group names"):
+        AuthSettings(oidc_group_roles={name: "admin"})
+
+
+def test_roles_follow_group_claims_whatever_their_case() -> None:
+    rules = ClaimRules(roles={"Ragdesk-Admins": "admin"})
+    assert rules.role_of(["ragdesk-admins"]) == "admin"
+    assert rules.role_of(["others"]) == "staff"

@@ -236,6 +236,39 @@ def test_an_unmounted_directory_fails_the_run_and_removes_nothing(
     assert found(api, "zebrafish canteen") == {"Alpha"}
 
 
+def test_an_empty_mount_point_fails_the_run_and_removes_nothing(
+    api: TestClient[Any], root: Path
+) -> None:
+    """An unmounted share is usually an empty directory, not a missing one."""
+    write(root, {"alpha.md": "# Alpha\n\nThe zebrafish canteen opens at noon."})
+    source = create(api, name="share", kind="directory", path=str(root))
+    assert sync(api, source["id"])["added"] == 1
+    (root / "alpha.md").rename(root.parent / "alpha.md")  # the share's files are gone
+    run = sync(api, source["id"])
+    assert run["status"] == "failed" and "unmounted" in run["error"]
+    assert run["removed"] == 0 and found(api, "zebrafish canteen") == {"Alpha"}
+
+
+def test_a_hand_upload_of_a_synced_files_bytes_outlives_the_file(
+    api: TestClient[Any], root: Path
+) -> None:
+    write(
+        root,
+        {
+            "alpha.md": "# Alpha\n\nThe zebrafish canteen opens at noon.",
+            "beta.md": "# Beta\n\nThe okapi parking is behind the building.",
+        },
+    )
+    source = create(api, name="handbook", kind="directory", path=str(root))
+    assert sync(api, source["id"])["added"] == 2
+    again = upload(api, ("mine.md", (root / "alpha.md").read_bytes()))  # synced first
+    assert again.json()["documents"][0]["duplicate"] is True
+    (root / "alpha.md").unlink()
+    run = sync(api, source["id"])
+    assert run["removed"] == 1  # the file left the source ...
+    assert found(api, "zebrafish canteen") == {"Alpha"}  # ... but a person uploaded it too
+
+
 def test_deleting_a_source_removes_its_documents_only(api: TestClient[Any], root: Path) -> None:
     write(root, {"alpha.md": "# Alpha\n\nThe zebrafish canteen opens at noon."})
     upload(api, ("hand.md", b"# Hand\n\nThe quokka form is uploaded by hand."))

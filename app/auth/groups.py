@@ -154,8 +154,9 @@ class Groups:
                 )
                 db.conn.executemany(
                     "INSERT INTO group_collections (group_id, collection_id, can_write, source)"
+                    # an admin's own grant of the same collection wins, and stays theirs
                     " VALUES (?, ?, ?, 'settings') ON CONFLICT (group_id, collection_id)"
-                    " DO UPDATE SET can_write = MAX(can_write, excluded.can_write)",
+                    " DO NOTHING",
                     [(group_id, c, int(w)) for c, w in sorted(collections.items())],
                 )
             rows = db.execute("SELECT id, name FROM groups").fetchall()

@@ -56,7 +56,9 @@ class ClaimRules:
         """admin if any group maps to it; staff otherwise; None: no mapping, leave it."""
         if not self.roles:
             return None
-        return "admin" if any(self.roles.get(g) == "admin" for g in groups) else "staff"
+        admins = {g.casefold() for g, role in self.roles.items() if role == "admin"}
+        # case-insensitive, as group membership is matched
+        return "admin" if any(g.casefold() in admins for g in groups) else "staff"
 
 
 class Identities:

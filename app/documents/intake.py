@@ -12,6 +12,7 @@ from litestar.exceptions import ClientException
 
 from app.auth.access import require_writable
 from app.errors import AppError, UnprocessableInput, UnsupportedMediaType
+from app.sources.store import SourceStore
 from app.state import Services
 from retrieval.display import shown
 from retrieval.library import display_filename
@@ -82,6 +83,7 @@ async def submit_all(
     principal must be allowed to write (403 otherwise)."""
     target = collection_id or services.collection_id
     await asyncio.to_thread(require_writable, services.auth, target)
+    sources = SourceStore(services.db)
 
     def submit(file: IncomingFile) -> Accepted | Rejected:
         try:
@@ -90,6 +92,9 @@ async def submit_all(
             )
         except UnsupportedDocumentType as exc:
             return Rejected(shown(file.filename), str(exc))
+        if not created:  # the bytes of a synced file, now uploaded by hand too: a sync
+            # that loses the file must not delete what a person uploaded
+            sources.drop_claim(target, document.content_hash)
         return Accepted(document, duplicate=not created)
 
     return [await asyncio.to_thread(submit, file) for file in files]

@@ -67,9 +67,11 @@ class Syncer:
         known = self.store.files(source.id)
         present: set[str] = set()
         unchanged: list[tuple[str, int, str]] = []
+        listed = 0
         for entry in reader.entries():
             if self.stopping.is_set():
                 raise Interrupted
+            listed += 1
             if entry.refused is not None:
                 tally.skip(entry.path, entry.refused)
                 continue
@@ -85,6 +87,11 @@ class Syncer:
                 unchanged.append((entry.path, entry.size, entry.version))
             elif not self._take(source, reader, entry, old, tally, unchanged):
                 present.discard(entry.path)  # now of a type the parsers refuse: gone
+        if known and not listed:  # an unmounted share is an empty directory, not a deletion
+            raise SourceUnavailable(
+                f"the source lists no files but {len(known)} are on record (unmounted or "
+                "emptied?); nothing was removed: delete the source to remove its documents"
+            )
         self.store.touch(source.id, unchanged, time.time())
         for path in sorted(known.keys() - present):
             self.store.unlink(source.id, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -10,6 +11,7 @@ from pydantic import Field, SecretStr, model_validator
 from app.config.settings.section import Section
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")  # the names app/auth/users.py allows
 
 
 class AuthSettings(Section):
@@ -112,4 +114,11 @@ class AuthSettings(Section):
                 raise ValueError("oidc_issuer must be an https URL (http only on loopback)")
         elif not self.local_login:
             raise ValueError("local_login=false needs single sign-on (oidc_issuer)")
+        named = (*self.oidc_group_roles, *self.oidc_group_collections)
+        odd = [g for g in named if not GROUP.fullmatch(g)]
+        if odd:  # such a claim could never join its group: refuse rather than grant nothing
+            raise ValueError(
+                f"group names must be letters, digits and . _ @ - (up to 64): {odd}; "
+                "for a provider that sends paths (Keycloak's '/eng'), turn off full group paths"
+            )
         return self
