@@ -69,6 +69,39 @@
     if (form) { form.querySelector("textarea").focus(); }
   });
 
+  // The question's scope: the collections ticked ("" when all are, so collections added
+  // later are searched too); at least one stays ticked. An existing conversation keeps the
+  // choice at once, a new one with its first question.
+  document.addEventListener("change", function (event) {
+    var box = event.target.closest("[data-scope-collection]");
+    if (!box) { return; }
+    var boxes = Array.prototype.slice.call(document.querySelectorAll("[data-scope-collection]"));
+    var ticked = boxes.filter(function (b) { return b.checked; });
+    if (!ticked.length) { box.checked = true; ticked = [box]; }
+    var all = ticked.length === boxes.length;
+    $("#scope-input").value = all ? "" : ticked.map(function (b) { return b.value; }).join(",");
+    $("#scope-label").textContent = all ? "All collections" : ticked.map(function (b) { return b.dataset.name; }).join(", ");
+    var conversation = $("#conversation-id");
+    if (conversation && conversation.value) {
+      htmx.ajax("POST", "/ui/conversations/" + conversation.value + "/scope", {
+        source: "#scope-input", values: { scope: $("#scope-input").value }, swap: "none",
+      });
+    }
+  });
+  document.addEventListener("click", function (event) {  // a click elsewhere closes it
+    var open = $("#scope-details[open]");
+    if (open && !event.target.closest("#scope-details")) { open.open = false; }
+  });
+  document.addEventListener("keydown", function (event) {
+    var open = $("#scope-details[open]");
+    if (event.key === "Escape" && open) {
+      open.open = false;
+      $("#scope-summary").focus();
+      event.preventDefault();
+      event.stopImmediatePropagation();
+    }
+  }, true);
+
   // Suggested first questions on an empty chat: a click asks it.
   document.addEventListener("click", function (event) {
     var suggestion = event.target.closest("[data-suggest]");
@@ -330,14 +363,52 @@
     window.setTimeout(function () { toast.classList.remove("visible"); }, 6000);
   });
 
-  // Files dropped anywhere in the window go to the upload dialog.
+  // Files dragged over the window: an overlay says where they go; dropped, they go to the
+  // upload dialog (into the collection on show, or the question's scope when it is one
+  // collection the caller may write to) and are sent at once.
+  var dragDepth = 0;
+  function carriesFiles(event) {
+    return event.dataTransfer && Array.prototype.indexOf.call(event.dataTransfer.types || [], "Files") !== -1;
+  }
+  function dropCollection() {
+    var select = $("#upload-collection"), scope = $("#scope-input");
+    if (!select) { return null; }
+    if (!document.querySelector(".collection-view") && scope && /^[0-9]+$/.test(scope.value) &&
+        select.querySelector("option[value='" + scope.value + "']")) {
+      select.value = scope.value;
+    }
+    return select.options[select.selectedIndex];
+  }
+  function showDropOverlay(show) {
+    var overlay = $("#drop-overlay");
+    if (!overlay) { return; }
+    if (show) {
+      var option = dropCollection();
+      $("#drop-target").textContent = option ? "Into the collection “" + option.textContent.trim() + "”." : "";
+    }
+    overlay.hidden = !show;
+  }
+  window.addEventListener("dragenter", function (event) {
+    if (!carriesFiles(event) || !$("#upload-input")) { return; }
+    dragDepth++;
+    showDropOverlay(true);
+  });
+  window.addEventListener("dragleave", function (event) {
+    if (!carriesFiles(event)) { return; }
+    dragDepth = Math.max(0, dragDepth - 1);
+    if (!dragDepth) { showDropOverlay(false); }
+  });
   window.addEventListener("dragover", function (event) { event.preventDefault(); });
   window.addEventListener("drop", function (event) {
     event.preventDefault();
+    dragDepth = 0;
+    showDropOverlay(false);
     var input = $("#upload-input");
     if (!input || !event.dataTransfer || !event.dataTransfer.files.length) { return; }
+    dropCollection();
     input.files = event.dataTransfer.files;
-    document.getElementById("upload-dialog").showModal();
+    var dialog = document.getElementById("upload-dialog");
+    if (!dialog.open) { dialog.showModal(); }
     htmx.trigger("#upload-form", "submit");
   });
 

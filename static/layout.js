@@ -67,8 +67,43 @@
     });
   }
 
+  // --- Narrow windows (below 1024 px): the panes are drawers, closed until asked for -------
+  var NARROW = window.matchMedia("(max-width: 1023.98px)");
+  function narrow() { return NARROW.matches; }
+  function setDrawer(pane) {
+    var open = root.dataset.drawer;
+    if (pane) { root.dataset.drawer = pane; } else { delete root.dataset.drawer; }
+    document.querySelectorAll("[data-drawer]").forEach(function (b) {
+      b.setAttribute("aria-expanded", b.dataset.drawer === pane ? "true" : "false");
+    });
+    var backdrop = document.getElementById("drawer-backdrop");
+    if (backdrop) { backdrop.hidden = !pane; }
+    if (pane) {
+      var first = document.getElementById(pane).querySelector("input, a[href], button:not([disabled])");
+      if (first && pane === "sidebar") { first.focus({ preventScroll: true }); }
+    } else if (open) {
+      var opener = document.querySelector("[data-drawer=" + open + "]");
+      if (opener && document.activeElement && document.getElementById(open).contains(document.activeElement)) { opener.focus(); }
+    }
+  }
+  function toggleDrawer(pane) { setDrawer(root.dataset.drawer === pane ? null : pane); }
+  window.ragdeskShowDrawer = function (pane) { if (narrow()) { setDrawer(pane); } };
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest("[data-drawer]");
+    if (toggle) { toggleDrawer(toggle.dataset.drawer); return; }
+    if (event.target.closest("[data-close-drawer]")) { setDrawer(null); }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && root.dataset.drawer && !document.querySelector("dialog[open]")) {
+      event.preventDefault();
+      setDrawer(null);
+    }
+  });
+  NARROW.addEventListener("change", function () { if (!narrow()) { setDrawer(null); } });
+
   // --- Showing and hiding panes ----------------------------------------------------------
   function togglePane(pane) {
+    if (narrow()) { toggleDrawer(pane); return; }
     var hidden = root.dataset[pane] !== "hidden";
     if (hidden) { root.dataset[pane] = "hidden"; } else { delete root.dataset[pane]; }
     store(pane + "Hidden", hidden ? "1" : null);
@@ -148,23 +183,18 @@
   };
   window.ragdeskOpenDialog = openDialog;
 
-  // --- The selected collection, remembered across reloads ----------------------------------
+  // --- The collection whose table is on show is selected in the sidebar (only there: what a
+  // question searches is the composer's scope, not this) ------------------------------------
   function markCollection() {
-    var id = stored("collection");
-    var links = document.querySelectorAll("[data-collection-link]");
-    if (!id && links.length) { id = links[0].dataset.collectionLink; }
     var view = document.querySelector(".collection-view");
-    if (view) { id = view.dataset.collection; store("collection", id); }
-    links.forEach(function (link) {
+    var id = view ? view.dataset.collection : null;
+    if (id) { store("collection", id); }
+    document.querySelectorAll("[data-collection-link]").forEach(function (link) {
       var selected = link.dataset.collectionLink === id;
       link.closest(".list-item").classList.toggle("selected", selected);
-      if (selected) { link.setAttribute("aria-current", "true"); } else { link.removeAttribute("aria-current"); }
+      if (selected) { link.setAttribute("aria-current", "page"); } else { link.removeAttribute("aria-current"); }
     });
   }
-  document.addEventListener("click", function (event) {
-    var link = event.target.closest("[data-collection-link]");
-    if (link) { store("collection", link.dataset.collectionLink); }
-  });
 
   // --- A citation [n] selects its source in the inspector (the link still opens the page) --
   function selectSource(messageId, number) {
@@ -173,24 +203,51 @@
     if (!target) { return false; }
     target.classList.add("selected");
     target.scrollIntoView({ block: "nearest" });
-    if (root.dataset.inspector === "hidden") { togglePane("inspector"); }
+    if (narrow()) { setDrawer("inspector"); }
+    else if (root.dataset.inspector === "hidden") { togglePane("inspector"); }
     return true;
   }
   function selectAnswer(article) {
     document.querySelectorAll("article.msg.selected").forEach(function (a) { a.classList.remove("selected"); });
     article.classList.add("selected");
   }
+  // A cited passage opens in the inspector inside its page's text, not in a new tab (a
+  // modified click, or "Open in full" there, still opens the page viewer).
+  function passageUrl(href) {
+    var url = new URL(href, window.location.href);
+    var match = url.pathname.match(/^\/documents\/(\d+)\/pages\/(\d+)$/);
+    return match ? "/ui/documents/" + match[1] + "/pages/" + match[2] + "/passage" + url.search : null;
+  }
+  function showPassage(href) {
+    var url = passageUrl(href);
+    if (!url) { return false; }
+    htmx.ajax("GET", url, { source: "#passage-view", target: "#passage-view", swap: "innerHTML" }).then(function () {
+      var page = document.getElementById("passage-page"), mark = document.getElementById("passage");
+      if (page && mark) { page.scrollTop = Math.max(0, mark.offsetTop - page.offsetTop - page.clientHeight / 3); }
+    });
+    if (narrow()) { setDrawer("inspector"); }
+    else if (root.dataset.inspector === "hidden") { togglePane("inspector"); }
+    return true;
+  }
+  function plainClick(event) { return event.button === 0 && !event.ctrlKey && !event.metaKey && !event.shiftKey && !event.altKey; }
   document.addEventListener("click", function (event) {
     var cite = event.target.closest("a.cite");
     var article = event.target.closest("article.msg.assistant[data-message]");
     if (!article) { return; }
     selectAnswer(article);
     if (!cite) { return; }
+    if (plainClick(event) && showPassage(cite.getAttribute("href"))) { event.preventDefault(); }
     var messageId = article.dataset.message, number = cite.textContent.replace(/[^0-9]/g, "");
     if (selectSource(messageId, number)) { return; }
-    htmx.ajax("GET", "/ui/messages/" + messageId + "/sources", { target: "#sources-pane" }).then(function () {
+    htmx.ajax("GET", "/ui/messages/" + messageId + "/sources", { source: "#sources-pane", target: "#sources-pane" }).then(function () {
       selectSource(messageId, number);
     });
+  });
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest("a[data-passage]");
+    if (link && plainClick(event) && showPassage(link.getAttribute("href"))) { event.preventDefault(); }
+    var close = event.target.closest("[data-close-passage]");
+    if (close) { document.getElementById("passage-view").innerHTML = ""; }
   });
 
   // --- Edit and resend a question ---------------------------------------------------------

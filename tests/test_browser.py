@@ -104,8 +104,9 @@ def test_drop_upload_ask_stream_and_open_citation(page: Any) -> None:
     page.screenshot(path=str(SCREENSHOTS / "chat-dark.png"))
     page.emulate_media(color_scheme="light")
 
+    answer.locator("a.cite").first.click()  # the passage opens in the inspector
     with page.context.expect_page() as opened:
-        answer.locator("a.cite").first.click()
+        page.click("#passage-open-full")  # and in full in the page viewer
     viewer = opened.value
     viewer.wait_for_load_state()
     passage = viewer.locator("mark#passage")

@@ -39,8 +39,9 @@ def test_next_and_previous_citation_in_the_viewer(page: Any, server: SignedInSer
     answer = answered(page, "What is the staff holidays policy?", "Holidays")
     cites = answer.locator("a.cite")
     assert cites.count() == 3
+    cites.first.click()  # a citation opens the passage in the inspector
     with page.context.expect_page() as opened:
-        cites.first.click()  # a citation opens the viewer in a new tab
+        page.click("#passage-open-full")  # "Open in full": the viewer in a new tab
     viewer = opened.value
     viewer.wait_for_load_state()
     assert position(viewer) == "Citation 1 of 3"

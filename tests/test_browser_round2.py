@@ -213,8 +213,9 @@ def test_citations_are_numbered_in_order_of_appearance(page: Any, server: Signed
     for n in range(2):  # [k] in the text is source [k] of the list
         title = sources.nth(n).locator(".source-head a").inner_text()
         assert str(cites.nth(n).get_attribute("title")).startswith(title)
+    cites.first.click()  # the passage in the inspector, then in full
     with page.context.expect_page() as opened:
-        cites.first.click()
+        page.click("#passage-open-full")
     viewer = opened.value
     viewer.wait_for_load_state()
     assert viewer.locator("#citation-position").inner_text() == "Citation 1 of 2"

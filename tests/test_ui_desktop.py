@@ -210,9 +210,10 @@ def fresh(tmp_path: Path) -> Iterator[SignedInServer]:
 
 
 def test_screenshots_of_the_main_screens(browser: Any, fresh: SignedInServer) -> None:
-    """docs/screenshots/desktop-*.png, light and dark (README shows them)."""
+    """docs/screenshots/desktop-*.png, light and dark, 1280 and 390 px wide (README shows
+    them)."""
     server = fresh
-    context = browser.new_context(viewport={"width": 1400, "height": 860}, base_url=server.url)
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=server.url)
     page = context.new_page()
     page.emulate_media(color_scheme="light")
     sign_in(page, TEST_USER, TEST_PASSWORD)
@@ -244,9 +245,8 @@ def test_screenshots_of_the_main_screens(browser: Any, fresh: SignedInServer) ->
     answer = answered(page, "How do I upload documents?", "To upload documents")
     page.click("#pin-button")
     page.wait_for_selector("#conversation-list .group-label >> text=Pinned")
-    with page.context.expect_page() as opened:
-        answer.locator("a.cite").first.click()
-    opened.value.close()
+    answer.locator("a.cite").first.click()
+    page.locator("#passage-view mark#passage").wait_for()
     page.locator("#sources-pane .source.selected").wait_for()
     page.locator("#question").blur()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -263,6 +263,30 @@ def test_screenshots_of_the_main_screens(browser: Any, fresh: SignedInServer) ->
         suffix = "" if scheme == "light" else "-dark"
         page.emulate_media(color_scheme=scheme)
         page.screenshot(path=str(SCREENSHOTS / f"desktop-documents{suffix}.png"))
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: drawers, one column
+    for scheme in ("light", "dark"):
+        suffix = "" if scheme == "light" else "-dark"
+        page.emulate_media(color_scheme=scheme)
+        page.screenshot(path=str(SCREENSHOTS / f"narrow-documents{suffix}.png"))
+    page.emulate_media(color_scheme="light")
+    page.goto("/c/3")
+    for scheme in ("light", "dark"):
+        suffix = "" if scheme == "light" else "-dark"
+        page.emulate_media(color_scheme=scheme)
+        page.screenshot(path=str(SCREENSHOTS / f"narrow-chat{suffix}.png"))
+    page.emulate_media(color_scheme="light")
+    page.locator("article.msg.assistant a.cite").first.click()
+    page.locator("#passage-view mark#passage").wait_for()
+    page.wait_for_function(
+        "() => document.getElementById('inspector').getBoundingClientRect().right <= innerWidth"
+    )
+    page.screenshot(path=str(SCREENSHOTS / "narrow-passage.png"))
+    page.keyboard.press("Escape")
+    page.click("#sidebar-toggle")
+    page.wait_for_function(
+        "() => document.getElementById('sidebar').getBoundingClientRect().left >= 0"
+    )
+    page.screenshot(path=str(SCREENSHOTS / "narrow-sidebar.png"))
     context.close()
 
 

@@ -124,6 +124,13 @@ class Conversation:
     created_at: float
     updated_at: float
     model: str | None = None  # the model chosen for it (None: the configured chat model)
+    scope: frozenset[int] | None = None  # the collections it searches (None: all readable)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Conversation:
+        raw = row.get("scope")
+        scope = None if raw is None else frozenset(int(i) for i in json.loads(raw))
+        return cls(**_fields(row), model=row.get("model"), scope=scope)
 
 
 class Conversations:
@@ -151,13 +158,13 @@ class Conversations:
         rows = list(
             self.db.read().query("SELECT * FROM conversations WHERE id = ?", [conversation_id])
         )
-        return Conversation(**rows[0]) if rows else None
+        return Conversation.from_row(rows[0]) if rows else None
 
     def recent(self, limit: int = 50) -> list[Conversation]:
         rows = self.db.read().query(
             "SELECT * FROM conversations ORDER BY updated_at DESC LIMIT ?", [limit]
         )
-        return [Conversation(**row) for row in rows]
+        return [Conversation.from_row(row) for row in rows]
 
     def add_question(self, conversation_id: int, content: str) -> Message:
         return self._add(conversation_id, "user", content, (), reply_to=None)
@@ -325,6 +332,18 @@ class Conversations:
         """Answer the conversation with ``model`` from now on (None: the configured one)."""
         with self.db.write() as db:
             db.execute("UPDATE conversations SET model = ? WHERE id = ?", [model, conversation_id])
+
+    def set_scope(self, conversation_id: int, scope: Collection[int] | None) -> None:
+        """Search ``scope`` (collection ids; None: all the asker may read) from now on."""
+        stored = None if scope is None else json.dumps(sorted(set(scope)))
+        with self.db.write() as db:
+            db.execute("UPDATE conversations SET scope = ? WHERE id = ?", [stored, conversation_id])
+
+    def scope_of(self, conversation_id: int) -> frozenset[int] | None:
+        """The collections chosen for the conversation (None: all; not yet narrowed to
+        what anyone may read)."""
+        found = self.get(conversation_id)
+        return found.scope if found else None
 
     def chosen_model(self, conversation_id: int) -> str | None:
         """The model chosen for the conversation while chat still offers it, else None."""

@@ -178,3 +178,10 @@ def m017_answer_versions(db: sqlite_utils.Database) -> None:
         " WHERE reply_to IS NOT NULL AND superseded = 0"
     )
     db.execute("CREATE INDEX messages_versions ON messages(reply_to)")  # counting versions
+
+
+@MIGRATIONS.add()
+def m018_conversation_scope(db: sqlite_utils.Database) -> None:
+    """The collections a conversation's questions search (JSON list of ids; NULL: all the
+    asker may read). Always narrowed to what the asker may read when searching."""
+    db.execute("ALTER TABLE conversations ADD COLUMN scope TEXT")

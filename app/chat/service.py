@@ -213,7 +213,10 @@ class ChatService:
     async def _generate(
         self, question: Message, progress: _Progress
     ) -> AsyncGenerator[ChatEvent, None]:
-        hits = await asyncio.to_thread(self.retrieve, question.content)
+        # The conversation's chosen collections; the retriever narrows them (and None, all)
+        # to what the asker may read, so a stored scope never widens access.
+        scope = await asyncio.to_thread(self.conversations.scope_of, question.conversation_id)
+        hits = await asyncio.to_thread(self.retrieve, question.content, scope)
         if not hits:
             yield TokenEvent(NOTHING_FOUND)
             yield DoneEvent(await self._save(question, NOTHING_FOUND, progress))

@@ -22,7 +22,13 @@ from app.schemas import RowId
 from app.state import Services
 from app.web.deps import provide_chat, provide_services
 from app.web.pages import form_row_id
-from app.web.ui_context import cited_documents, conversation_list_context, feedback_given
+from app.web.ui_context import (
+    choose_scope,
+    cited_documents,
+    conversation_list_context,
+    feedback_given,
+    scope_context,
+)
 
 MAX_TITLE_CHARS = 80
 MAX_QUERY_CHARS = 200
@@ -40,6 +46,10 @@ class RenameForm(Struct):
 
 class PinForm(Struct):
     pinned: str = ""
+
+
+class ScopeForm(Struct):
+    scope: str = ""  # comma-separated collection ids; "": all the caller may read
 
 
 class EditForm(Struct):
@@ -97,6 +107,19 @@ class ConversationsUi(Controller):
         await asyncio.to_thread(_conversation, services, conversation_id)
         await asyncio.to_thread(services.conversations.rename, conversation_id, title)
         return await self._header(services, conversation_id)
+
+    @post("/conversations/{conversation_id:int}/scope", status_code=200)
+    async def scope(
+        self, conversation_id: RowId, data: Annotated[ScopeForm, Form], services: Services
+    ) -> Template:
+        """The collections the conversation's next questions search (the composer's control)."""
+
+        def change() -> dict[str, object]:
+            conversation = _conversation(services, conversation_id)
+            services.conversations.set_scope(conversation.id, choose_scope(services, data.scope))
+            return scope_context(services, services.conversations.get(conversation.id))
+
+        return Template("_scope.html", context=await asyncio.to_thread(change))
 
     @post("/conversations/{conversation_id:int}/pin", status_code=200)
     async def pin(

@@ -30,6 +30,7 @@ from app.web.deps import provide_chat, provide_services
 from app.web.document_views import document_row_template
 from app.web.ui_context import (
     choose_model,
+    choose_scope,
     cited_documents,
     conversation_list_context,
     library_context,
@@ -47,6 +48,7 @@ class AskForm(Struct):
     message: str = ""
     conversation_id: str = ""
     model: str | None = None  # the composer's choice ("": the default); absent: unchanged
+    scope: str | None = None  # the collections searched ("": all readable); absent: unchanged
 
 
 OptionalRowId = Annotated[int | None, Parameter(ge=1, le=MAX_ROW_ID)]
@@ -92,31 +94,32 @@ class Pages(Controller):
     ) -> Template:
         """The cited page, with the cited passage highlighted and scrolled into view; with
         ``answer``, Previous/Next through that answer's other citations."""
-        document = await asyncio.to_thread(services.store.get_document, document_id)
-        text = await asyncio.to_thread(services.store.page_text, document_id, page)
-        if document is None or text is None:
-            raise NotFound("no such document page")
-        passage = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
-        if passage is not None and (passage.document_id, passage.page) != (document_id, page):
-            passage = None
-        body = highlight_passage(
-            text, passage.start if passage else None, passage.end if passage else None
+        context = await page_view(services, document_id, page, chunk, answer)
+        return Template("document.html", context=context)
+
+
+async def page_view(
+    services: Services, document_id: int, page: int, chunk: int | None, answer: int | None
+) -> dict[str, Any]:
+    """A document's page with the passage ``chunk`` highlighted (when it is on that page),
+    and with ``answer`` where it sits among that answer's citations: the full-page viewer
+    and the inspector's passage view show the same."""
+    document = await asyncio.to_thread(services.store.get_document, document_id)
+    text = await asyncio.to_thread(services.store.page_text, document_id, page)
+    if document is None or text is None:
+        raise NotFound("no such document page")
+    passage = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
+    if passage is not None and (passage.document_id, passage.page) != (document_id, page):
+        passage = None
+    body = highlight_passage(
+        text, passage.start if passage else None, passage.end if passage else None
+    )
+    nav = None
+    if answer is not None:
+        nav = await asyncio.to_thread(
+            citation_nav, services, answer, document_id, page, chunk if passage else None
         )
-        nav = None
-        if answer is not None:
-            nav = await asyncio.to_thread(
-                citation_nav, services, answer, document_id, page, chunk if passage else None
-            )
-        return Template(
-            "document.html",
-            context={
-                "document": document,
-                "page": page,
-                "body": body,
-                "passage": passage,
-                "nav": nav,
-            },
-        )
+    return {"document": document, "page": page, "body": body, "passage": passage, "nav": nav}
 
 
 class Partials(Controller):
@@ -144,11 +147,16 @@ class Partials(Controller):
         model = None
         if data.model is not None:  # 400 unless chat offers it
             model = await asyncio.to_thread(choose_model, services, data.model)
+        scope = None
+        if data.scope is not None:  # checked before the question is recorded
+            scope = await asyncio.to_thread(choose_scope, services, data.scope)
         conversation, question = await asyncio.to_thread(
             chat.ask, data.message, conversation_id, current_user_id()
         )
         if data.model is not None and conversation.model != model:
             await asyncio.to_thread(services.conversations.set_model, conversation.id, model)
+        if data.scope is not None and conversation.scope != scope:
+            await asyncio.to_thread(services.conversations.set_scope, conversation.id, scope)
         return Template(
             "_turn.html",
             context={
@@ -178,6 +186,25 @@ class Partials(Controller):
         """The Stop button: the stream then ends with the partial answer, marked stopped."""
         if not chat.stop(question_id):
             raise NotFound("no answer to that question is being written")
+
+    @get("/documents/{document_id:int}/pages/{page:int}/passage")
+    async def passage(
+        self,
+        document_id: RowId,
+        page: RowId,
+        services: Services,
+        chunk: OptionalRowId = None,
+        answer: OptionalRowId = None,
+    ) -> Template:
+        """A cited passage in the inspector, inside its page's text (the window's own
+        viewer; "Open in full" goes to the page viewer)."""
+        context = await page_view(services, document_id, page, chunk, answer)
+        full = f"/documents/{document_id}/pages/{page}"
+        query = "&".join(f"{k}={v}" for k, v in (("chunk", chunk), ("answer", answer)) if v)
+        return Template(
+            "_passage.html",
+            context={**context, "full": f"{full}?{query}#passage" if query else full},
+        )
 
     @get("/messages/{message_id:int}/sources")
     async def sources(self, message_id: RowId, services: Services) -> Template:

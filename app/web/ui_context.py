@@ -18,6 +18,7 @@ from app.auth.scope import current_access
 from app.chat.conversations import Conversation, Message
 from app.chat.feedback import AnswerFeedback, Feedback
 from app.chat.local_models import ChatModels
+from app.errors import UnprocessableInput
 from app.state import Services
 from retrieval.records import CollectionRecord, DocumentRecord
 from retrieval.types import DocumentStatus
@@ -109,7 +110,45 @@ def shell_context(services: Services, conversation_id: int | None) -> dict[str, 
         "status": status_context(services),
         **upload_context(services),
         **model_context(services, conversation),
+        **scope_context(services, conversation),
     }
+
+
+def scope_context(services: Services, conversation: Conversation | None) -> dict[str, Any]:
+    """The composer's scope control: the collections the caller may read, those this
+    conversation searches (all when none were chosen) and how the choice reads."""
+    readable = readable_collections(services.store.collections())
+    chosen = conversation.scope if conversation else None
+    picked = [c for c in readable if chosen is None or c.id in chosen]
+    everything = chosen is None or len(picked) == len(readable)
+    return {
+        "scope_collections": readable,
+        "scope_chosen": {c.id for c in picked},
+        "scope_value": "" if everything else ",".join(str(c.id) for c in picked),
+        "scope_label": scope_label(readable, picked),
+    }
+
+
+def scope_label(readable: list[CollectionRecord], picked: list[CollectionRecord]) -> str:
+    if len(picked) == len(readable):
+        return "All collections"
+    return ", ".join(c.name for c in picked) or "No collection open to you"
+
+
+def choose_scope(services: Services, raw: str) -> frozenset[int] | None:
+    """A scope from the composer ("": all; else comma-separated collection ids), kept to
+    the collections the caller may read (422 when none of them is left)."""
+    if not raw.strip():
+        return None
+    readable = {c.id for c in readable_collections(services.store.collections())}
+    try:
+        asked = {int(part) for part in raw.split(",") if part.strip()}
+    except ValueError:
+        raise UnprocessableInput("the scope is a list of collection ids") from None
+    kept = frozenset(asked & readable)
+    if not kept:
+        raise UnprocessableInput("choose at least one collection to search")
+    return None if kept == readable else kept
 
 
 def feedback_given(services: Services, messages: list[Message]) -> dict[int, Feedback]:

@@ -36,7 +36,34 @@ def shortdate(timestamp: float) -> str:
 def register_filters(filters: dict[str, Any]) -> None:
     filters.update(filesize=filesize, isotime=isotime, shorttime=shorttime, shortdate=shortdate)
     filters.update(ungrounded_note=ungrounded_note, shown_citations=shown_citations)
-    filters.update(copy_text=copy_text)
+    filters.update(copy_text=copy_text, plain_error=plain_error, plural=plural)
+
+
+def plural(count: int, word: str) -> str:
+    """``1 passage``, ``2 passages``: a count with its noun."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+# Messages of the parsing libraries as they reach a document's error, and what they mean.
+_PLAIN_ERRORS = (
+    ("stream has ended unexpectedly", "The PDF file is damaged or incomplete."),
+    ("eof marker not found", "The PDF file is damaged or incomplete."),
+    ("startxref", "The PDF file is damaged or incomplete."),
+    ("not a readable pdf", "The file could not be read as a PDF: it may be damaged."),
+    ("file is not a zip file", "The DOCX file is damaged or is not a Word document."),
+    ("badzipfile", "The DOCX file is damaged or is not a Word document."),
+    ("malformed csv", "The CSV file is malformed: check its quotes and separators."),
+    ("codec can't decode", "The file's text encoding could not be read."),
+)
+
+
+def plain_error(error: str | None) -> str:
+    """A document's ingest error in plain words (the original is shown beside it when it
+    differs); errors already written for people pass unchanged."""
+    if not error:
+        return ""
+    lowered = error.casefold()
+    return next((plain for known, plain in _PLAIN_ERRORS if known in lowered), error)
 
 
 def copy_text(message: Message) -> str:
