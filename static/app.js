@@ -48,6 +48,18 @@
     window.setTimeout(function () { button.textContent = "Copy"; }, 2000);
   });
 
+  // A one-time secret's Copy button (a new API key, a new user's password).
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy-from]");
+    if (!button) { return; }
+    var source = document.getElementById(button.dataset.copyFrom);
+    copyText(source ? source.textContent.trim() : "").then(
+      function () { button.textContent = "Copied"; },
+      function () { button.textContent = "Copy failed"; }
+    );
+    window.setTimeout(function () { button.textContent = "Copy"; }, 2000);
+  });
+
   // Feedback: after 👍/👎 the comment popover opens (both optional); Skip or Escape closes it.
   function closeFeedback(form) {
     form.hidden = true;

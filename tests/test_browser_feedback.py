@@ -245,3 +245,17 @@ def test_re_uploading_identical_content_says_so_on_its_row(
     assert rows.count() == 1  # one row, not a second one
     assert "Already uploaded" in rows.first.inner_text()
     shot(page, "duplicate-upload")
+
+
+def test_a_new_api_key_has_a_copy_button(page: Any, server: SignedInServer) -> None:
+    """One-time secrets (a new key here, a new user's password on the admin page, which
+    shares the handler) are copied with a button, not by selecting text."""
+    page.goto("/account")
+    page.fill("#new-key-form input[name=name]", "scripts")
+    page.click("#new-key-form button[type=submit]")
+    key = page.locator("#new-key-value").inner_text().strip()
+    assert key.startswith("rdk_")
+    copy = page.locator("[data-copy-from=new-key-value]")
+    copy.click()
+    page.wait_for_function("b => b.textContent === 'Copied'", arg=copy.element_handle())
+    assert page.evaluate("navigator.clipboard.readText()") == key
