@@ -30,3 +30,16 @@ def test_passage_is_highlighted_and_everything_escaped() -> None:
 
 def test_out_of_range_offsets_show_the_page_without_highlight() -> None:
     assert "<mark" not in str(highlight_passage("short", 3, 99))
+
+
+def test_a_docx_table_on_the_page_is_a_table_and_the_passage_is_marked_in_its_cells() -> None:
+    page = "Where to go\nLaptop | IT desk, room 212\nBadge | <Reception>\nThanks | a | b"
+    start = page.index("IT desk")
+    end = page.index("Reception") + len("Reception")
+    html = str(highlight_passage(page, start, end))
+    assert html.startswith("Where to go\n<table")
+    assert "<tr><td>Laptop</td><td>" in html and "&lt;" in html and "<Reception>" not in html
+    assert html.count("<mark") == 3 and html.count('id="passage"') == 1  # three cells
+    assert "Thanks | a | b" in html  # three cells, not two: not part of the table
+    # One line with a pipe is prose, not a table.
+    assert "<table" not in str(highlight_passage("Use a | b for pipes.\nDone.", None, None))

@@ -72,13 +72,70 @@ def ungrounded(message: Message) -> bool:
 
 
 def highlight_passage(page_text: str, start: int | None, end: int | None) -> Markup:
-    """The page text, escaped, with ``[start, end)`` wrapped in ``<mark id="passage">``."""
+    """The page text, escaped, with ``[start, end)`` marked (the first piece of the mark is
+    ``<mark id="passage">``, scrolled to); runs of two or more lines of the same number of
+    " | "-separated cells (a DOCX table as ingested) become an HTML table."""
     if start is None or end is None or not 0 <= start < end <= len(page_text):
-        return Markup(escape(page_text))  # noqa: S704
-    return Markup(  # noqa: S704 - every piece is escaped
-        escape(page_text[:start])
-        + '<mark id="passage">'
-        + escape(page_text[start:end])
-        + "</mark>"
-        + escape(page_text[end:])
-    )
+        start = end = -1
+    marks = _Marks(start, end)
+    out: list[str] = []
+    lines = page_text.split("\n")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    i = prose = 0  # lines[prose:i] are text not yet written out
+
+    def flush(upto: int) -> None:  # the text lines before a table, or the end, in one piece
+        if upto > prose:
+            out.append(marks.wrap(page_text[offsets[prose] : offsets[upto] - 1], offsets[prose]))
+            if upto < len(lines):
+                out.append("\n")
+
+    while i < len(lines):
+        width = _cells(lines[i])
+        run = i
+        while run < len(lines) and width > 1 and _cells(lines[run]) == width:
+            run += 1
+        if run - i >= 2:  # a table: each cell escaped and marked on its own
+            flush(i)
+            rows = []
+            for n in range(i, run):
+                cells, at = [], offsets[n]
+                for cell in lines[n].split(TABLE_CELL):
+                    cells.append(f"<td>{marks.wrap(cell, at)}</td>")
+                    at += len(cell) + len(TABLE_CELL)
+                rows.append(f"<tr>{''.join(cells)}</tr>")
+            out.append(f'<table class="page-table">{"".join(rows)}</table>')
+            i = prose = run
+            continue
+        i += 1
+    flush(len(lines))
+    return Markup("".join(out))  # noqa: S704 - every piece of text is escaped
+
+
+TABLE_CELL = " | "
+
+
+def _cells(line: str) -> int:
+    return line.count(TABLE_CELL) + 1 if TABLE_CELL in line else 0
+
+
+class _Marks:
+    """Escapes pieces of the page and marks what falls inside ``[start, end)``."""
+
+    def __init__(self, start: int, end: int):
+        self.start, self.end, self.first = start, end, True
+
+    def wrap(self, text: str, at: int) -> str:
+        lo, hi = max(self.start, at), min(self.end, at + len(text))
+        if lo >= hi:
+            return str(escape(text))
+        ident = ' id="passage"' if self.first else ""
+        self.first = False
+        return (
+            str(escape(text[: lo - at]))
+            + f"<mark{ident}>"
+            + str(escape(text[lo - at : hi - at]))
+            + "</mark>"
+            + str(escape(text[hi - at :]))
+        )
