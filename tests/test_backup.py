@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -200,10 +199,18 @@ def test_a_backup_taken_while_ingesting_and_chatting_restores_the_same_hits(
         ).json()["key"]
         assert http.post(f"{url}/api/collections", json={"name": "bulk"}).status_code == 201
 
-        def bulk() -> None:
-            for start in range(0, 120, 10):
+        uploading = threading.Event()
+        backed_up = threading.Event()
+        uploaded: list[int] = []
+
+        def bulk() -> None:  # uploads go on until the backup is done, however fast it is
+            start = 0
+            while not backed_up.is_set() and start < 1000:
                 files = [("file", (f"m{i}.md", bulk_document(i))) for i in range(start, start + 10)]
                 assert http.post(f"{url}/api/documents?collection=bulk", files=files).is_success
+                start += 10
+                uploading.set()
+            uploaded.append(start)
 
         def chat() -> None:
             with http.stream("POST", f"{url}/api/chat", json={"message": "zorblax?"}) as r:
@@ -212,8 +219,9 @@ def test_a_backup_taken_while_ingesting_and_chatting_restores_the_same_hits(
         workers = [threading.Thread(target=bulk), threading.Thread(target=chat)]
         for worker in workers:
             worker.start()
-        time.sleep(0.3)  # ingestion under way
+        assert uploading.wait(30)  # ingestion under way
         backup = run_cli("backup", str(tmp_path / "backup"), "--data-dir", str(source.data_dir))
+        backed_up.set()
         assert backup.returncode == 0, backup.stderr
         for worker in workers:
             worker.join(60)
@@ -234,7 +242,7 @@ def test_a_backup_taken_while_ingesting_and_chatting_restores_the_same_hits(
         documents = http.get(f"{restored.url}/api/documents").json()["documents"]
         memos = [d for d in documents if re.fullmatch(r"m\d+\.md", d["filename"])]
         indexed = [memo for memo in memos if memo["status"] == "indexed"]
-        assert len(indexed) < 120, "the backup was meant to be taken mid-ingestion"
+        assert memos and len(indexed) < uploaded[0], "the backup was taken mid-ingestion"
         for memo in memos:
             if memo["status"] == "indexed":
                 i = memo["filename"][1:-3]

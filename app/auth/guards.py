@@ -33,7 +33,9 @@ API_PREFIXES = ("/api/", "/v1/", "/metrics")
 # What the UI requests on its own, on a timer (``hx-trigger="every …"``): not use of the
 # session, or an open tab left alone would never reach the idle timeout. A test keeps this
 # in step with the templates.
-BACKGROUND_POLLS = re.compile(r"/ui/(status|library|documents/\d+/(row|table-row))")
+BACKGROUND_POLLS = re.compile(
+    r"/ui/(status|library|documents/\d+/(row|table-row))|/admin/sources/\d+/row"
+)
 
 
 class NotAuthenticated(AppError):
