@@ -54,24 +54,7 @@ class SourcesApi(Controller):
     ) -> SourceOut:
         """A directory under RAGDESK_SOURCE_ROOTS, or an S3 bucket (prefix) with credentials
         named from RAGDESK_SOURCE_CREDENTIALS; ``interval_s`` > 0 syncs it on a schedule."""
-        collection_id = await asyncio.to_thread(_collection_id, services, data.collection)
-        spec = SourceSpec(
-            name=data.name.strip(),
-            collection_id=collection_id,
-            kind=data.kind,
-            path=data.path,
-            bucket=data.bucket,
-            prefix=data.prefix,
-            endpoint_url=data.endpoint_url,
-            region=data.region,
-            credentials=data.credentials,
-            interval_s=data.interval_s,
-        )
-        try:
-            source = await asyncio.to_thread(scheduler.sources.create, spec)
-        except InvalidSource as exc:
-            raise UnprocessableInput(str(exc)) from None
-        return await asyncio.to_thread(_out, services, scheduler, source)
+        return await asyncio.to_thread(add_source, services, scheduler, data)
 
     @get("/{source_id:int}")
     async def get_source(
@@ -121,6 +104,28 @@ class SourcesApi(Controller):
         await asyncio.to_thread(_source, scheduler, source_id)
         files = await asyncio.to_thread(scheduler.store.files, source_id)
         return FileList([FileOut.of(f) for f in files.values()])
+
+
+def add_source(services: Services, scheduler: SyncScheduler, data: SourceIn) -> SourceOut:
+    """Create the source ``data`` describes (the API and the admin page alike); 422 with
+    the reason when it is refused."""
+    spec = SourceSpec(
+        name=data.name.strip(),
+        collection_id=_collection_id(services, data.collection),
+        kind=data.kind,
+        path=data.path,
+        bucket=data.bucket,
+        prefix=data.prefix,
+        endpoint_url=data.endpoint_url,
+        region=data.region,
+        credentials=data.credentials,
+        interval_s=data.interval_s,
+    )
+    try:
+        source = scheduler.sources.create(spec)
+    except InvalidSource as exc:
+        raise UnprocessableInput(str(exc)) from None
+    return _out(services, scheduler, source)
 
 
 def _source(scheduler: SyncScheduler, source_id: int) -> Source:

@@ -18,10 +18,9 @@ from app.errors import UnprocessableInput
 from app.schemas import RowId
 from app.sources.scheduler import SyncBusy, SyncScheduler
 from app.sources.schemas import FileOut, RunOut, SourceIn, SourceOut
-from app.sources.service import InvalidSource, SourceSpec
 from app.state import Services
 from app.web.admin_pages import ADMIN
-from app.web.api_sources import _collection_id, _out, _source, provide_scheduler
+from app.web.api_sources import _out, _source, add_source, provide_scheduler
 from app.web.deps import provide_services
 
 # Form fields that mean "not given" when left blank.
@@ -69,26 +68,6 @@ def _plain(message: str) -> str:
     field = where.rstrip("`")
     text = text.replace("`", "")
     return f"{field}: {text[0].lower()}{text[1:]}" if field and text else message
-
-
-def _create(services: Services, scheduler: SyncScheduler, data: SourceIn) -> SourceOut:
-    spec = SourceSpec(
-        name=data.name.strip(),
-        collection_id=_collection_id(services, data.collection),
-        kind=data.kind,
-        path=data.path,
-        bucket=data.bucket,
-        prefix=data.prefix,
-        endpoint_url=data.endpoint_url,
-        region=data.region,
-        credentials=data.credentials,
-        interval_s=data.interval_s,
-    )
-    try:
-        source = scheduler.sources.create(spec)
-    except InvalidSource as exc:
-        raise UnprocessableInput(str(exc)) from None
-    return _out(services, scheduler, source)
 
 
 def panel_context(services: Services, scheduler: SyncScheduler, **extra: Any) -> dict[str, Any]:
@@ -146,7 +125,7 @@ class SourcesPages(Controller):
         values = _form_values(await request.form())
         try:
             data = source_in(values)
-            created = await asyncio.to_thread(_create, services, scheduler, data)
+            created = await asyncio.to_thread(add_source, services, scheduler, data)
         except UnprocessableInput as exc:
             context = await asyncio.to_thread(panel_context, services, scheduler, error=exc.detail)
             context["values"] = values
