@@ -41,20 +41,7 @@ def make_pdf(pages: list[str], *, title: str | None = None) -> bytes:
     assert add(b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, len(page_ids))) == pages_id
     info = add(b"<< /Title (%s) >>" % title.encode("latin-1")) if title else None
     catalog = add(b"<< /Type /Catalog /Pages %d 0 R >>" % pages_id)
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    out.writelines(b"%010d 00000 n \n" % offset for offset in offsets)
-    trailer = b"<< /Size %d /Root %d 0 R" % (len(objects) + 1, catalog)
-    if info:
-        trailer += b" /Info %d 0 R" % info
-    out.write(b"trailer\n" + trailer + b" >>\nstartxref\n%d\n%%%%EOF\n" % xref)
-    return out.getvalue()
+    return pdf_file(objects, catalog, info)
 
 
 def encrypt_pdf(data: bytes, password: str, algorithm: str = "RC4-128") -> bytes:
@@ -127,4 +114,23 @@ def docx_bomb(uncompressed_bytes: int = 60 * 1024 * 1024) -> bytes:
         for item in source.infolist():
             target.writestr(item.filename, source.read(item))
         target.writestr("word/media/zeros.bin", b"\0" * uncompressed_bytes)
+    return out.getvalue()
+
+
+def pdf_file(objects: list[bytes], catalog: int, info: int | None = None) -> bytes:
+    """The numbered ``objects`` written out as a PDF file: header, objects, cross-reference
+    table and trailer (``catalog`` and ``info`` are object numbers)."""
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    out.writelines(b"%010d 00000 n \n" % offset for offset in offsets)
+    trailer = b"<< /Size %d /Root %d 0 R" % (len(objects) + 1, catalog)
+    if info:
+        trailer += b" /Info %d 0 R" % info
+    out.write(b"trailer\n" + trailer + b" >>\nstartxref\n%d\n%%%%EOF\n" % xref)
     return out.getvalue()

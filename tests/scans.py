@@ -14,6 +14,8 @@ import textwrap
 
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from tests.documents import pdf_file
+
 A4_POINTS = (595, 842)
 
 
@@ -107,15 +109,4 @@ def scanned_pdf(pages: list[Image.Image], *, text_layers: list[str] | None = Non
     kids = b" ".join(b"%d 0 R" % i for i in page_ids)
     assert add(b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, len(page_ids))) == pages_id
     catalog = add(b"<< /Type /Catalog /Pages %d 0 R >>" % pages_id)
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    out.writelines(b"%010d 00000 n \n" % offset for offset in offsets)
-    trailer = b"<< /Size %d /Root %d 0 R >>" % (len(objects) + 1, catalog)
-    out.write(b"trailer\n" + trailer + b"\nstartxref\n%d\n%%%%EOF\n" % xref)
-    return out.getvalue()
+    return pdf_file(objects, catalog)
