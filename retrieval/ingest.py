@@ -366,7 +366,9 @@ class IngestWorker:
                 )
             ]
             chunk_ids = self.store.replace_content(document_id, parsed, chunks)
-            self.store.set_status(document_id, DocumentStatus.EMBEDDING)
+            # What the parse left out stays on the document, indexed or not (its ``error``).
+            note = " ".join(parsed.warnings) or None
+            self.store.set_status(document_id, DocumentStatus.EMBEDDING, note)
             self._report(document_id, "parsed", f"{len(chunks)} chunks")
         except DocumentGone:
             log.info("document %s was deleted during ingestion", document_id)

@@ -215,14 +215,15 @@ class DocumentStore:
     def save_embeddings(
         self, document_id: int, chunk_ids: Sequence[int], model_id: str, vectors: Vectors
     ) -> None:
-        """Store a document's vectors and mark it indexed, in one transaction."""
+        """Store a document's vectors and mark it indexed, in one transaction (its note,
+        what the parse left out, stays)."""
         rows = (
             (chunk_id, model_id, np.asarray(vector, dtype=np.float32).tobytes())
             for chunk_id, vector in zip(chunk_ids, vectors, strict=True)
         )
         with self.db.write() as db:
             cursor = db.execute(
-                "UPDATE documents SET status = ?, error = NULL, updated_at = ? WHERE id = ?",
+                "UPDATE documents SET status = ?, updated_at = ? WHERE id = ?",
                 [DocumentStatus.INDEXED.value, time.time(), document_id],
             )
             if cursor.rowcount == 0:  # deleted while its vectors were computed

@@ -52,6 +52,9 @@ PAGE_BLOCK_SEPARATOR = "\n\n"
 class ParsedDocument:
     title: str
     pages: tuple[ParsedPage, ...] = field(default_factory=tuple)
+    # What the parse left out of a document that is still indexed (OCR that ran out of
+    # time), in words for the people who look at it; kept as the document's note.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import socket
+import time
 from typing import Any
 
 import pytest
@@ -138,6 +139,44 @@ def test_a_blank_scan_is_not_sent_to_the_models() -> None:
         parse_document(blank, DocumentKind.PDF, "blank.pdf", ocr=OcrOptions())
 
 
+def test_past_its_time_budget_ocr_skips_the_remaining_pages_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read: list[Any] = []
+
+    def slow_read(page: Any, options: OcrOptions) -> tuple[Block, ...]:
+        read.append(page)
+        time.sleep(0.01)  # longer than the whole budget
+        return (Block("Read by OCR."),)
+
+    monkeypatch.setattr(ocr_module, "_read_page", slow_read)
+    writer = PdfWriter()
+    for part in (_pdf([POLICY]), make_pdf(["A page of text, never sent to OCR."]), _pdf([PARKING])):
+        writer.append(PdfReader(io.BytesIO(part)))
+    writer.append(PdfReader(io.BytesIO(_pdf([POLICY]))))
+    out = io.BytesIO()
+    writer.write(out)
+    options = OcrOptions(document_budget_s=0.001)
+    document = parse_document(out.getvalue(), DocumentKind.PDF, "long.pdf", ocr=options)
+    assert len(read) == 1  # the first page is always read: the budget is checked between pages
+    assert [page.text for page in document.pages] == [
+        "Read by OCR.",
+        "A page of text, never sent to OCR.",
+        "",
+        "",
+    ]
+    [warning] = document.warnings
+    assert "RAGDESK_OCR_DOCUMENT_BUDGET_S" in warning
+    assert "2 of 3 scanned pages, from page 3 on, were not read" in warning
+
+
+def test_the_parser_child_asks_for_no_more_time_than_the_ocr_budget() -> None:
+    options = OcrOptions(page_timeout_s=60, max_pages=300, document_budget_s=600)
+    assert options.time_for(3) == 180  # a few pages: their page time
+    assert options.time_for(300) == 660  # many: the budget, and the page that runs over it
+    assert options.time_for(1000) == 660
+
+
 def test_too_many_scanned_pages_fail_before_any_is_read() -> None:
     with pytest.raises(ParseError, match="at most 1 per document"):
         parse_document(
@@ -221,6 +260,25 @@ def _upload_and_search(client: TestClient[Any]) -> None:
     assert "north garage" in top["text"]
     viewer = client.get(f"/documents/{created['id']}/pages/2?chunk={top['chunk_id']}")
     assert viewer.status_code == 200 and "north garage" in viewer.text
+
+
+def test_a_scan_cut_short_by_the_ocr_budget_is_indexed_with_a_note(tmp_path: Any) -> None:
+    settings = fake_settings(tmp_path / "data", ocr_threads=2, ocr_document_budget_s=0.001)
+    with signed_in(settings) as client:
+        [created] = upload(client, ("scan.pdf", _pdf([POLICY, PARKING]))).json()["documents"]
+
+        def done() -> dict[str, Any] | None:
+            document: dict[str, Any] = client.get(f"/api/documents/{created['id']}").json()
+            return document if document["status"] in ("indexed", "failed") else None
+
+        document = wait_for(done, timeout=300, interval=0.5)
+        assert document["status"] == "indexed", document
+        assert "1 of 2 scanned pages, from page 2 on, were not read" in document["error"]
+        hits = client.post("/api/search", json={"query": "refund limit for travel", "k": 3})
+        assert hits.json()["hits"][0]["page"] == 1
+        assert client.app.state.services.store.page_text(created["id"], 2) == ""
+        row = client.get(f"/ui/documents/{created['id']}/table-row")  # its collection's page
+        assert row.status_code == 200 and "were not read" in row.text
 
 
 def test_ocr_under_too_low_a_memory_cap_fails_with_the_reason() -> None:

@@ -21,9 +21,11 @@ import pytest
 from litestar.testing import TestClient
 from pydantic import ValidationError
 
+from app.auth.oidc import LOGIN_TTL_S, Pending, PendingLogins
 from app.auth.sessions import COOKIE_NAME
 from app.config.settings import Settings
 from app.factory import create_app
+from app.migrations import open_database
 from tests.conftest import fake_settings
 from tests.oidc_provider import OidcProvider
 from tests.server import ServerProcess, free_port
@@ -315,6 +317,36 @@ def test_with_single_sign_on_the_allowlist_grows_by_its_two_routes(tmp_path: Pat
     public = {(m, p) for m, p, is_public in routes if is_public}
     sso = {("GET", "/sso/login"), ("GET", "/sso/callback")}
     assert {(m, p) for m, p in public if not p.startswith(PUBLIC_PREFIXES)} == PUBLIC | sso
+
+
+def test_starting_sign_ins_is_throttled_per_client_address(tmp_path: Path) -> None:
+    """Each start stores a sign-in under way: an anonymous client may not start them at
+    request speed (429 with Retry-After, not a row each)."""
+    with TestClient(create_app(oidc_settings(tmp_path, oidc_logins_per_minute=2))) as client:
+        for _ in range(2):  # heard: the provider (port 9) is down
+            assert client.get("/sso/login", follow_redirects=False).status_code == 503
+        refused = client.get("/sso/login", follow_redirects=False)
+        assert refused.status_code == 429, refused.text[:300]
+        assert int(refused.headers["retry-after"]) >= 1
+        assert "too many sign-ins" in refused.text
+
+
+def test_sign_ins_under_way_are_pruned_and_capped(tmp_path: Path) -> None:
+    db = open_database(tmp_path / "ragdesk.db")
+    logins = PendingLogins(db, max_pending=3)
+    pending = Pending("nonce", "verifier", "http://127.0.0.1/sso/callback", "/")
+    with db.write() as write:  # one started long ago and never finished
+        write.execute(
+            "INSERT INTO sso_logins VALUES ('stale', 'b', 'n', 'v', 'r', '/', ?)",
+            [time.time() - LOGIN_TTL_S - 1],
+        )
+    browsers = {state: logins.add(state, pending) for state in ("s0", "s1", "s2", "s3", "s4")}
+    rows = db.read().execute("SELECT COUNT(*) FROM sso_logins").fetchone()[0]
+    assert rows == 3  # at most max_pending, whatever comes in
+    assert logins.take("s0", browsers["s0"]) is None  # the oldest made room
+    assert logins.take("s4", browsers["s4"]) == pending  # the newest are kept
+    assert logins.take("s2", browsers["s2"]) == pending
+    db.close()
 
 
 @pytest.mark.parametrize(

@@ -7,14 +7,22 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.credentials
 import pytest
 from litestar.testing import TestClient
 from moto.server import ThreadedMotoServer
+from pydantic import SecretStr
 
+from app.config.settings.ingest import SourceCredential
+from app.sources.s3 import S3Reader
 from tests.conftest import add_key, fake_settings, signed_in, upload, wait_for
 from tests.test_sources import BINARY, counts, create, documents, found, sync
 
@@ -52,8 +60,8 @@ def bucket(s3_url: str, request: pytest.FixtureRequest) -> Any:
     made.delete()
 
 
-@pytest.fixture
-def api(tmp_path: Any) -> Iterator[TestClient[Any]]:
+@contextmanager
+def admin_api(data_dir: Path, **settings: Any) -> Iterator[TestClient[Any]]:
     credentials = {
         "local": {
             "access_key_id": ACCESS_KEY_ID,
@@ -61,11 +69,17 @@ def api(tmp_path: Any) -> Iterator[TestClient[Any]]:
             "session_token": TOKEN,
         }
     }
-    settings = fake_settings(tmp_path / "data", source_credentials=credentials, sync_check_s=0)
-    with signed_in(settings) as client:
+    values = {"source_credentials": credentials, "sync_check_s": 0, **settings}
+    with signed_in(fake_settings(data_dir, **values)) as client:
         wait_for(lambda: client.get("/health/ready").status_code == 200)
         client.cookies.clear()
         client.headers["Authorization"] = f"Bearer {add_key(client)}"
+        yield client
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[TestClient[Any]]:
+    with admin_api(tmp_path / "data") as client:
         yield client
 
 
@@ -169,3 +183,134 @@ def test_credentials_are_named_never_given(api: TestClient[Any], bucket: Any, s3
         assert response.status_code == 422, bad
     for prefix in ("../up/", "/abs/"):
         assert api.post("/api/sources", json={**base, "prefix": prefix}).status_code == 422
+
+
+# The server's own credentials, and where an admin may point the server
+
+
+EMPTY_LISTING = (
+    b'<?xml version="1.0" encoding="UTF-8"?>'
+    b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>docs</Name>'
+    b"<Prefix></Prefix><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys>"
+    b"<IsTruncated>false</IsTruncated></ListBucketResult>"
+)
+
+
+@contextmanager
+def recording_s3() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """An "S3 server" on loopback that lists an empty bucket and keeps the headers of
+    every request: what an endpoint an admin named would receive."""
+    seen: list[dict[str, str]] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append({key.lower(): value for key, value in self.headers.items()})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(EMPTY_LISTING)))
+            self.end_headers()
+            self.wfile.write(EMPTY_LISTING)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_servers_own_aws_credentials_never_reach_an_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A source without named credentials is read anonymously: never with the server's
+    environment keys or instance role, which would go to whatever endpoint it names."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAAMBIENTSERVERKEY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "ambient-secret-of-the-server")
+
+    def chain(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("boto3's credential chain (environment, instance role) was used")
+
+    monkeypatch.setattr(botocore.credentials, "create_credential_resolver", chain)
+    named = SourceCredential(
+        access_key_id=SecretStr(ACCESS_KEY_ID), secret_access_key=SecretStr(SECRET)
+    )
+    with recording_s3() as (url, seen):
+        assert list(S3Reader("docs", endpoint_url=url).entries()) == []
+        assert list(S3Reader("docs", endpoint_url=url, credential=named).entries()) == []
+    anonymous, signed = seen
+    assert "authorization" not in anonymous and "x-amz-security-token" not in anonymous
+    assert "AKIAAMBIENTSERVERKEY" not in json.dumps(seen)
+    assert f"Credential={ACCESS_KEY_ID}/" in signed["authorization"]
+
+
+REFUSED_BY_DEFAULT = [
+    "http://169.254.169.254",  # instance metadata (AWS, GCP, Azure …)
+    "http://169.254.169.254:80/latest/",
+    "http://[fd00:ec2::254]",  # AWS's metadata over IPv6
+    "http://[::ffff:169.254.169.254]",  # the same, IPv4-mapped
+    "http://2852039166",  # 169.254.169.254 written as one number: resolved first
+    "http://[fe80::1]:9000",  # IPv6 link-local
+]
+
+
+def unknown_name(host: str, *args: Any, **kwargs: Any) -> Any:
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+def test_endpoints_are_checked_and_refusals_are_clear(
+    api: TestClient[Any], bucket: Any, s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = {"name": "b", "kind": "s3", "bucket": bucket.name}
+    for endpoint in REFUSED_BY_DEFAULT:
+        refused = api.post("/api/sources", json={**base, "endpoint_url": endpoint})
+        assert refused.status_code == 422, (endpoint, refused.text)
+        assert "link-local" in refused.json()["error"]["detail"], endpoint
+    malformed = ["http://[::1", "http://127.0.0.1:99999", "http://127.0.0.1:x", "http://"]
+    for endpoint in malformed:  # urlsplit and .port raise on these: never a 500
+        refused = api.post("/api/sources", json={**base, "endpoint_url": endpoint})
+        assert refused.status_code == 422, (endpoint, refused.text)
+    with monkeypatch.context() as offline:  # a name no DNS knows (none is asked)
+        offline.setattr(socket, "getaddrinfo", unknown_name)
+        unresolvable = api.post("/api/sources", json={**base, "endpoint_url": "http://s3.nx"})
+    assert unresolvable.status_code == 422 and "resolve" in unresolvable.json()["error"]["detail"]
+    loopback = api.post("/api/sources", json={**base, "endpoint_url": s3_url})  # moto's
+    assert loopback.status_code == 201, loopback.text
+
+
+def test_a_stored_source_whose_endpoint_is_refused_now_fails_its_run(
+    api: TestClient[Any], bucket: Any
+) -> None:
+    """Checked again at every run: a source stored before the check (or before the
+    operator's list changed) never reaches the endpoint."""
+    scheduler = api.app.state.sources
+    stored = scheduler.store.add(
+        name="old", collection_id=1, kind="s3", location=bucket.name, prefix="",
+        endpoint_url="http://169.254.169.254", region=None, credentials="local", interval_s=0,
+    )  # fmt: skip
+    started = api.post(f"/api/sources/{stored.id}/sync")
+    assert started.status_code == 202, started.text
+    url = f"/api/sources/{stored.id}/runs/{started.json()['id']}"
+    # Not tests.test_sources.sync: this run may fail before the 202 reads it back.
+    run = wait_for(lambda: (r := api.get(url).json())["status"] != "running" and r)
+    assert run["status"] == "failed" and "link-local" in run["error"]
+
+
+def test_an_operator_list_of_endpoints_allows_only_those(
+    tmp_path: Path, bucket: Any, s3_url: str
+) -> None:
+    listed = [s3_url, "169.254.169.254"]  # a URL, and a host on any port
+    with admin_api(tmp_path / "data", source_s3_endpoints=listed) as api:
+        base = {"kind": "s3", "bucket": bucket.name, "credentials": "local"}
+        create(api, name="moto", endpoint_url=s3_url + "/", **base)
+        create(api, name="listed", endpoint_url="http://169.254.169.254:8080", **base)
+        create(api, name="aws", **base)  # AWS itself: no endpoint_url
+        port = int(s3_url.rsplit(":", 1)[1])
+        for endpoint in (f"http://localhost:{port}", f"https://127.0.0.1:{port}"):
+            refused = api.post("/api/sources", json={**base, "name": "x", "endpoint_url": endpoint})
+            assert refused.status_code == 422, endpoint
+            assert "RAGDESK_SOURCE_S3_ENDPOINTS" in refused.json()["error"]["detail"]

@@ -6,10 +6,13 @@ user, made at the first sign-in. At each sign-in the provider's group claim sets
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import sqlite_utils
 
 from app.auth.groups import Groups
 from app.auth.principal import Role, User
@@ -18,6 +21,7 @@ from app.config.settings import AuthSettings
 from retrieval.db import Database
 
 NO_PASSWORD = ""  # an SSO account has none; Users.authenticate refuses it
+LINK_ATTEMPTS = 5  # races lost to another process's writes before a first sign-in gives up
 
 
 class SignInRefused(Exception):
@@ -83,15 +87,15 @@ class Identities:
     ) -> User:
         """The linked user (made now on a first sign-in), with role and groups from the
         claims. Raises ``SignInRefused`` for a disabled account."""
-        user = self.user_of(issuer, subject)
         groups = rules.groups_of(claims)
         role = rules.role_of(groups)
         now = time.time()
+        user, made = self.user_of(issuer, subject), False
         if user is None:
-            user = self._create(issuer, subject, claims, role or "staff", now)
-        elif user.disabled:
+            user, made = self._link(issuer, subject, claims, role or "staff", now)
+        if user.disabled:
             raise SignInRefused("this account is disabled")
-        else:
+        if not made:
             with self.db.write() as db:
                 db.execute(
                     "UPDATE user_identities SET last_sign_in_at = ?"
@@ -105,30 +109,62 @@ class Identities:
         assert found is not None
         return found
 
-    def _create(
+    def _link(
         self, issuer: str, subject: str, claims: Mapping[str, Any], role: Role, now: float
-    ) -> User:
+    ) -> tuple[User, bool]:
+        """Insert-or-get: (the identity's user, whether it was made now). Two first sign-ins
+        of one identity at once (two tabs, a double click) both miss it in ``user_of``;
+        the one that writes second finds the first one's link here and signs in as that
+        user instead of failing on the unique link. The write lock is per process: should
+        another process on the same file commit the link or the user name between our
+        look and our insert, the unique constraint refuses ours and we look again."""
         base = _name_from(claims, subject)
-        with self.db.write() as db:
-            taken = {
-                str(r[0]).casefold()
-                for r in db.execute(
-                    "SELECT name FROM users WHERE name LIKE ? ESCAPE '\\'",
-                    [base.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"],
-                )
-            }
-            name = next(n for n in _candidates(base) if n.casefold() not in taken)
-            cursor = db.execute(
-                "INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
-                [name, role, NO_PASSWORD, now],
-            )
-            user_id = int(cursor.lastrowid or 0)
-            db.execute(
-                "INSERT INTO user_identities (issuer, subject, user_id, created_at,"
-                " last_sign_in_at) VALUES (?, ?, ?, ?, ?)",
-                [issuer, subject, user_id, now, now],
-            )
-        return User(user_id, name, role)
+        for _ in range(LINK_ATTEMPTS):
+            try:
+                with self.db.write() as db:
+                    linked = db.execute(
+                        "SELECT user_id FROM user_identities WHERE issuer = ? AND subject = ?",
+                        [issuer, subject],
+                    ).fetchone()
+                    made = None if linked else _insert(db, issuer, subject, base, role, now)
+            except sqlite3.IntegrityError:
+                continue
+            if made is not None:
+                return made, True
+            user = self.users.get(int(linked[0]))
+            if user is not None:  # None: deleted meanwhile, and its link with it
+                return user, False
+        raise SignInRefused("the account could not be set up; try again")
+
+
+def _free_name(db: sqlite_utils.Database, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3`` … whichever no user has (names ignore case)."""
+    taken = {
+        str(r[0]).casefold()
+        for r in db.execute(
+            "SELECT name FROM users WHERE name LIKE ? ESCAPE '\\'",
+            [base.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"],
+        )
+    }
+    return next(n for n in _candidates(base) if n.casefold() not in taken)
+
+
+def _insert(
+    db: sqlite_utils.Database, issuer: str, subject: str, base: str, role: Role, now: float
+) -> User:
+    """A new SSO user, named ``base`` or the next free variant, linked to the identity."""
+    name = _free_name(db, base)
+    cursor = db.execute(
+        "INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
+        [name, role, NO_PASSWORD, now],
+    )
+    user_id = int(cursor.lastrowid or 0)
+    db.execute(
+        "INSERT INTO user_identities (issuer, subject, user_id, created_at,"
+        " last_sign_in_at) VALUES (?, ?, ?, ?, ?)",
+        [issuer, subject, user_id, now, now],
+    )
+    return User(user_id, name, role)
 
 
 def _name_from(claims: Mapping[str, Any], subject: str) -> str:
@@ -149,7 +185,7 @@ def _cleaned(value: str) -> str:
     return name if NAME.fullmatch(name) else ""
 
 
-def _candidates(base: str) -> Any:
+def _candidates(base: str) -> Iterator[str]:
     yield base
     for n in range(2, 1_000_000):
         yield f"{base}-{n}"

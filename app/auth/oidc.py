@@ -30,6 +30,10 @@ from retrieval.db import Database
 
 log = logging.getLogger(__name__)
 LOGIN_TTL_S = 600.0  # a sign-in must come back from the provider within this
+# Sign-ins under way kept at most; past it the oldest go. Starting one is throttled per
+# client address (``oidc_logins_per_minute``), but many addresses could still start them
+# faster than LOGIN_TTL_S expires them.
+MAX_PENDING_LOGINS = 10_000
 HTTP_TIMEOUT_S = 10.0
 CLOCK_LEEWAY_S = 60  # skew allowed on exp/iat/nbf
 
@@ -175,16 +179,24 @@ class OidcClient:
 
 class PendingLogins:
     """Sign-ins under way: by the SHA-256 of their state, tied to a random browser
-    cookie (also stored hashed), taken once."""
+    cookie (also stored hashed), taken once; at most ``max_pending`` of them."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, max_pending: int = MAX_PENDING_LOGINS):
         self.db = db
+        self.max_pending = max_pending
 
     def add(self, state: str, pending: Pending) -> str:
         """Store a sign-in; returns the browser's cookie value that must come back with it."""
         browser, now = new_token(), time.time()
         with self.db.write() as db:
             db.execute("DELETE FROM sso_logins WHERE created_at < ?", [now - LOGIN_TTL_S])
+            # Full (a flood from many addresses): the oldest make room. A flood can then
+            # crowd out sign-ins under way (they start again), but never fill the disk.
+            crowded = db.execute(
+                "DELETE FROM sso_logins WHERE rowid IN (SELECT rowid FROM sso_logins"
+                " ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?)",
+                [self.max_pending - 1],
+            ).rowcount
             db.execute(
                 "INSERT INTO sso_logins (state_hash, browser_hash, nonce, code_verifier,"
                 " redirect_uri, next, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -198,6 +210,8 @@ class PendingLogins:
                     now,
                 ],
             )
+        if crowded:
+            log.warning("single sign-on: %d sign-ins under way dropped to make room", crowded)
         return browser
 
     def take(self, state: str, browser: str) -> Pending | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ class Auth:
     groups: Groups
     identities: Identities
     sso_logins: PendingLogins
+    sso_starts: TokenBuckets  # per client address: each start stores a sign-in under way
     oidc: OidcClient | None  # None: single sign-on is off
 
 
@@ -70,6 +72,9 @@ def open_auth(settings: Settings, db: Database) -> Auth:
         groups=groups,
         identities=Identities(db, users, groups),
         sso_logins=PendingLogins(db),
+        sso_starts=TokenBuckets(
+            auth.oidc_logins_per_minute, max(1, math.ceil(auth.oidc_logins_per_minute))
+        ),
         oidc=OidcClient(auth) if auth.oidc_enabled else None,
     )
 

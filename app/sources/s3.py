@@ -1,8 +1,10 @@
 """An S3-compatible bucket (AWS, MinIO, Ceph …) under a prefix, through boto3.
 
-Credentials come from ``RAGDESK_SOURCE_CREDENTIALS`` by the name the source gives, or,
-without a name, from boto3's own environment chain (``AWS_ACCESS_KEY_ID`` …). They are
-handed to boto3 and to nothing else: errors are told with any secret blanked out.
+Credentials come from ``RAGDESK_SOURCE_CREDENTIALS`` by the name the source gives; without
+a name the bucket is read anonymously (unsigned requests). Never from boto3's own chain
+(``AWS_ACCESS_KEY_ID``, ``~/.aws``, the instance role): the endpoint is the admin's to
+choose, and the server's own keys would be sent to it. They are handed to boto3 and to
+nothing else: errors are told with any secret blanked out.
 """
 
 from __future__ import annotations
@@ -77,11 +79,18 @@ class S3Reader:
 
     def client(self) -> S3Client:
         if self._client is None:
-            import boto3  # on use: the server starts without it when no bucket is synced
+            import boto3.session  # on use: the server starts without it when no bucket syncs
+            import botocore.session
+            from botocore import UNSIGNED
             from botocore.config import Config
+            from botocore.credentials import CredentialResolver
 
             quiet_boto_logs()
+            session = botocore.session.Session()
+            # No ambient credentials: boto3 finds none but the source's own (below).
+            session.register_component("credential_provider", CredentialResolver(providers=[]))
             keys: dict[str, Any] = {}
+            signing: dict[str, Any] = {"signature_version": UNSIGNED}  # anonymous
             if self.credential is not None:
                 c = self.credential
                 keys = {
@@ -91,11 +100,15 @@ class S3Reader:
                     if c.session_token
                     else None,
                 }
-            self._client = boto3.client(
+                signing = {}
+            config = Config(
+                connect_timeout=10, read_timeout=60, retries={"max_attempts": 3}, **signing
+            )
+            self._client = boto3.session.Session(botocore_session=session).client(
                 "s3",
                 endpoint_url=self.endpoint_url,
                 region_name=self.region or "us-east-1",
-                config=Config(connect_timeout=10, read_timeout=60, retries={"max_attempts": 3}),
+                config=config,
                 **keys,
             )
         return self._client

@@ -1,15 +1,15 @@
 """Creating, checking and deleting sources, and opening their readers, by the settings:
 directories only under ``RAGDESK_SOURCE_ROOTS``, credentials only by a name in
-``RAGDESK_SOURCE_CREDENTIALS``."""
+``RAGDESK_SOURCE_CREDENTIALS``, bucket endpoints as ``endpoints.py`` allows."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from app.config.settings.ingest import IngestSettings
+from app.sources.endpoints import EndpointRefused, check_endpoint
 from app.sources.readers import DirectoryReader, Reader, SourceUnavailable, unsafe_key, within
 from app.sources.records import Source, SourceKind
 from app.sources.store import SourceExists, SourceStore
@@ -90,6 +90,13 @@ class Sources:
             return DirectoryReader(Path(source.location))
         from app.sources.s3 import S3Reader  # boto3, on use
 
+        if source.endpoint_url is not None:
+            # Again at every run: the operator's list (or the name's address) may have
+            # changed since, and a source stored before the check was never checked.
+            try:
+                check_endpoint(source.endpoint_url, self.settings.source_s3_endpoints)
+            except EndpointRefused as exc:
+                raise SourceUnavailable(str(exc)) from None
         credential = None
         if source.credentials is not None:
             credential = self.settings.source_credentials.get(source.credentials)
@@ -126,9 +133,10 @@ class Sources:
         if not spec.bucket or not BUCKET.fullmatch(spec.bucket):
             raise InvalidSource("an s3 source needs a valid 'bucket' name")
         if spec.endpoint_url is not None:
-            url = urlsplit(spec.endpoint_url)
-            if url.scheme not in ("http", "https") or not url.netloc or url.username:
-                raise InvalidSource("endpoint_url must be an http(s) URL without credentials")
+            try:
+                check_endpoint(spec.endpoint_url, self.settings.source_s3_endpoints)
+            except EndpointRefused as exc:
+                raise InvalidSource(str(exc)) from None
         if (
             spec.credentials is not None
             and spec.credentials not in self.settings.source_credentials

@@ -15,7 +15,7 @@ from litestar.params import Parameter
 from litestar.response import Redirect, Template
 from litestar.types import ControllerRouterHandler
 
-from app.auth.guards import auth_of, own_origin
+from app.auth.guards import TooManyRequests, auth_of, client_address, own_origin
 from app.auth.identities import ClaimRules, SignInRefused
 from app.auth.oidc import LOGIN_TTL_S, OidcClient, SsoError
 from app.auth.redirects import safe_next
@@ -49,7 +49,11 @@ class SsoPages(Controller):
 
     @get("/login", opt={"public": True})
     async def sso_login(self, request: Request[Any, Any, Any], next: str = "/") -> Response[Any]:
-        """To the provider, with state, nonce and the PKCE challenge (S256)."""
+        """To the provider, with state, nonce and the PKCE challenge (S256). Public, and each
+        start stores a sign-in under way: throttled per client address."""
+        wait = auth_of(request).sso_starts.take(client_address(request))
+        if wait > 0:
+            raise TooManyRequests(wait, "too many sign-ins started from here; try again shortly")
         try:
             url, state, pending = await _oidc(request).authorization(
                 own_origin(request) + CALLBACK, safe_next(next)

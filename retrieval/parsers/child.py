@@ -60,7 +60,7 @@ def _ocr_options(
 
     def ask_for_time(pages: int) -> None:
         # The server extends the wall-clock budget; the CPU cap grows with it (all threads).
-        extra = min(pages, options.max_pages) * options.page_timeout_s * options.threads
+        extra = options.time_for(pages) * options.threads
         _limit_cpu(cpu_seconds + math.ceil(extra))
         _write(stdout, json.dumps({"ocr_pages": pages}).encode())
 

@@ -8,7 +8,8 @@ raw bytes, never pickle, so even a compromised child cannot run code in the serv
 
 OCR of scanned PDF pages takes seconds a page, more than a document's usual budget: the
 child says how many pages it is about to read (``{"ocr_pages": n}``, once, before its
-reply) and the budget grows by ``page_timeout_s`` for each, up to ``max_pages`` of them.
+reply) and the budget grows by ``page_timeout_s`` for each, up to ``max_pages`` of them
+and no more than the OCR's own budget per document (``OcrOptions.time_for``).
 """
 
 from __future__ import annotations
@@ -115,9 +116,9 @@ class IsolatedParser:
             _write_frame(process.stdin, data)
             reply: dict[str, Any] = json.loads(_read_frame(process.stdout, deadline))
             if "ocr_pages" in reply and self.ocr is not None:
-                pages = min(max(0, int(reply["ocr_pages"])), self.ocr.max_pages)
-                budget += pages * self.ocr.page_timeout_s
-                deadline += pages * self.ocr.page_timeout_s
+                extra = self.ocr.time_for(int(reply["ocr_pages"]))
+                budget += extra
+                deadline += extra
                 reply = json.loads(_read_frame(process.stdout, deadline))
             if "ocr_pages" in reply:
                 raise ValueError("more time asked for twice, or without OCR")
@@ -192,6 +193,7 @@ def encode_ocr(ocr: OcrOptions | None) -> dict[str, Any] | None:
         "threads": ocr.threads,
         "max_pages": ocr.max_pages,
         "page_timeout_s": ocr.page_timeout_s,
+        "document_budget_s": ocr.document_budget_s,
     }
 
 
@@ -202,6 +204,7 @@ def encode(document: ParsedDocument) -> dict[str, Any]:
             {"number": page.number, "blocks": [[b.text, b.is_heading] for b in page.blocks]}
             for page in document.pages
         ],
+        "warnings": list(document.warnings),
     }
 
 
@@ -213,7 +216,8 @@ def _decode(reply: dict[str, Any]) -> ParsedDocument:
         )
         for page in reply["pages"]
     )
-    return ParsedDocument(title=str(reply["title"]), pages=pages)
+    warnings = tuple(str(warning) for warning in reply.get("warnings", ()))
+    return ParsedDocument(title=str(reply["title"]), pages=pages, warnings=warnings)
 
 
 def _write_frame(stream: IO[bytes], payload: bytes) -> None:

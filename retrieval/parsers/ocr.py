@@ -19,6 +19,7 @@ import itertools
 import math
 import re
 import statistics
+import time
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -45,15 +46,26 @@ class OcrOptions:
     """How scanned pages are read; ``parse_document(..., ocr=None)`` reads none.
 
     ``before_ocr`` is called with the number of pages about to be recognised, before the
-    first: the sandbox child uses it to ask the server for the extra time they take,
-    ``page_timeout_s`` each (``isolated.py``).
+    first: the sandbox child uses it to ask the server for the extra time they take
+    (``time_for``, ``isolated.py``).
+
+    ``document_budget_s`` bounds the OCR of one document: once it is spent, the pages not
+    read yet are skipped (the document keeps the pages read, with a warning), so a long
+    scan cannot hold a parser process for hours.
     """
 
     dpi: int = 150
     threads: int = 1
     max_pages: int = 300
     page_timeout_s: float = 60.0
+    document_budget_s: float = 1800.0
     before_ocr: Callable[[int], None] | None = field(default=None, compare=False)
+
+    def time_for(self, pages: int) -> float:
+        """The most time reading ``pages`` scanned pages may take: ``page_timeout_s`` each,
+        but no more than the budget plus the one page that may start just before it ends."""
+        pages = min(max(0, pages), self.max_pages)
+        return min(pages * self.page_timeout_s, self.document_budget_s + self.page_timeout_s)
 
 
 def needs_ocr(text: str) -> bool:
@@ -114,7 +126,8 @@ def _visible(text: str) -> Counter[str]:
 def recognise_pages(
     data: bytes, numbers: Sequence[int], options: OcrOptions
 ) -> dict[int, tuple[Block, ...]]:
-    """The blocks OCR reads on pages ``numbers`` (1-based) of the PDF ``data``."""
+    """The blocks OCR reads on pages ``numbers`` (1-based, ascending) of the PDF ``data``;
+    those it did not reach within ``options.document_budget_s`` are missing."""
     if len(numbers) > options.max_pages:
         raise ParseError(
             f"the PDF has {len(numbers)} scanned pages; OCR reads at most "
@@ -125,10 +138,25 @@ def recognise_pages(
     if options.before_ocr is not None:
         options.before_ocr(len(numbers))
     document = pypdfium2.PdfDocument(data)
+    read: dict[int, tuple[Block, ...]] = {}
+    started = time.monotonic()
     try:
-        return {number: _read_page(document[number - 1], options) for number in numbers}
+        for number in numbers:
+            if read and time.monotonic() - started >= options.document_budget_s:
+                break  # the rest are skipped (``budget_warning``); the first is always read
+            read[number] = _read_page(document[number - 1], options)
     finally:
         document.close()
+    return read
+
+
+def budget_warning(skipped: Sequence[int], scanned: int, options: OcrOptions) -> str:
+    """Why pages ``skipped`` (in order) of the ``scanned`` have no text."""
+    return (
+        f"OCR stopped at its time budget ({options.document_budget_s:g} s per document, "
+        f"RAGDESK_OCR_DOCUMENT_BUDGET_S): {len(skipped)} of {scanned} scanned pages, from "
+        f"page {skipped[0]} on, were not read and have no text"
+    )
 
 
 def _read_page(page: Any, options: OcrOptions) -> tuple[Block, ...]:

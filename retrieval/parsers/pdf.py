@@ -21,7 +21,13 @@ from pypdf.errors import (
 )
 
 from retrieval.parsers.errors import ParseError
-from retrieval.parsers.ocr import OcrOptions, keep_text_layer, needs_ocr, recognise_pages
+from retrieval.parsers.ocr import (
+    OcrOptions,
+    budget_warning,
+    keep_text_layer,
+    needs_ocr,
+    recognise_pages,
+)
 from retrieval.parsers.text import clean_text, paragraphs
 from retrieval.types import Block, ParsedDocument, ParsedPage
 
@@ -57,24 +63,31 @@ def _parse_pdf(data: bytes, fallback_title: str, ocr: OcrOptions | None) -> Pars
             pages.append(ParsedPage(number=number, blocks=tuple(_pdf_paragraphs(text))))
     except LimitReachedError as exc:  # pypdf caps decompressed stream sizes
         raise ParseError("the PDF expands to an implausible size (decompression bomb?)") from exc
+    warnings: tuple[str, ...] = ()
     if ocr is not None:
-        pages = _with_scanned_pages_read(data, pages, ocr)
-    return ParsedDocument(title=_title(reader) or fallback_title, pages=tuple(pages))
+        pages, warnings = _with_scanned_pages_read(data, pages, ocr)
+    title = _title(reader) or fallback_title
+    return ParsedDocument(title=title, pages=tuple(pages), warnings=warnings)
 
 
 def _with_scanned_pages_read(
     data: bytes, pages: list[ParsedPage], ocr: OcrOptions
-) -> list[ParsedPage]:
+) -> tuple[list[ParsedPage], tuple[str, ...]]:
+    """The pages, scanned ones as OCR read them; and a warning when OCR ran out of time
+    before the last (those it did not reach keep what their text layer holds, if not soup)."""
     scanned = [page.number for page in pages if needs_ocr(page.text)]
     if not scanned:
-        return pages
+        return pages, ()
     read = recognise_pages(data, scanned, ocr)
-    return [
-        ParsedPage(page.number, read[page.number] or keep_text_layer(page.blocks))
-        if page.number in read
+    skipped = [number for number in scanned if number not in read]
+    looked_at = set(scanned)
+    pages = [
+        ParsedPage(page.number, read.get(page.number) or keep_text_layer(page.blocks))
+        if page.number in looked_at
         else page
         for page in pages
     ]
+    return pages, (budget_warning(skipped, len(scanned), ocr),) if skipped else ()
 
 
 def _decrypt_or_fail(reader: PdfReader) -> None:

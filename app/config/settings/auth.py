@@ -63,6 +63,12 @@ class AuthSettings(Section):
         description="Sign-in with a local user name and password; false leaves single sign-on "
         "(oidc_issuer) as the only way in for browsers (API keys still work).",
     )
+    oidc_logins_per_minute: float = Field(
+        30.0,
+        ge=0,
+        description="Single sign-ons one client address may start a minute (/sso/login, "
+        "bursts of as many); beyond it 429 with Retry-After (0 = no limit).",
+    )
     oidc_issuer: str = Field(
         "",
         description="OpenID Connect single sign-on: the provider's issuer URL (its discovery "

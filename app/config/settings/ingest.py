@@ -67,6 +67,13 @@ class IngestSettings(Section):
         ge=1,
         description="Most scanned pages OCR reads in one PDF; a PDF with more fails with a reason.",
     )
+    ocr_document_budget_s: float = Field(
+        1800.0,
+        gt=0,
+        le=86400,
+        description="Most time OCR spends on one document; the scanned pages not read by "
+        "then are skipped, and the document is indexed with the others and a note saying so.",
+    )
     ocr_threads: int = Field(
         1, ge=1, le=64, description="Threads each parser process uses for OCR."
     )
@@ -87,6 +94,12 @@ class IngestSettings(Section):
         default_factory=dict,
         description="S3 credentials that synced bucket sources name (JSON object: name -> "
         "access_key_id, secret_access_key, optional session_token).",
+    )
+    source_s3_endpoints: list[str] = Field(
+        default_factory=list,
+        description="The only S3 endpoints bucket sources may name (JSON list of endpoint "
+        "URLs, or host names for any port); empty: any http(s) endpoint except link-local "
+        "addresses (cloud instance metadata). AWS itself (no endpoint_url) is always allowed.",
     )
     sync_check_s: float = Field(
         15.0,
@@ -112,6 +125,7 @@ class IngestSettings(Section):
             threads=self.ocr_threads,
             max_pages=self.ocr_max_pages,
             page_timeout_s=self.ocr_page_timeout_s,
+            document_budget_s=self.ocr_document_budget_s,
         )
 
     def config(self) -> IngestConfig:
