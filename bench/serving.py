@@ -1,6 +1,7 @@
 """Serving: continuous batching, prefix cache and SSE overhead, all in one run.
 
     python -m bench.serving [--clients 1,2,4,8] [--repeats 3]
+    python -m bench.serving --peer PATH/llama-server|build   (see bench/peer.py)
 
 1. Concurrency. N clients (threads) each send one streamed request (a distinct ~100-token
    prompt, 64 tokens, greedy) at the same instant, first to llama-cpp-python's ``Llama``
@@ -191,8 +192,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", default="1,2,4,8", help="comma-separated client counts")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--peer",
+        metavar="LLAMA_SERVER",
+        help="instead: Ragdesk against this llama-server ('build': build one), see bench.peer",
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
+    if args.peer:
+        from bench.peer import compare, find_or_build
+
+        compare(find_or_build(args.peer), small_model(MODEL_DIR).resolve(), counts, args.repeats)
+        return
     if sum(counts) + 1 > len(LEADS):
         parser.error(f"at most {len(LEADS) - 1} requests over all rounds")
     load_at_start = os.getloadavg()[0]

@@ -214,3 +214,30 @@ def test_the_bundled_models_control_tokens_cannot_be_forged(model: LocalModel) -
     special = model.native.tokenize(prompt, add_bos=False, special=True)
     plain = model.native.tokenize(prompt, add_bos=False, special=False)
     assert special == plain  # nothing in the prompt parses as a control token
+
+
+def test_greedy_argmax_picks_what_llama_cpps_greedy_sampler_picks() -> None:
+    """Plain greedy requests skip the sampler chain (an argmax over the logits row); at every
+    position of a prompt both pick the same token."""
+    from llm.engine.native import Argmax, NativeConfig, NativeModel
+
+    native = NativeModel(NativeConfig(model_path(), kv_cells=512))
+    chain = native.greedy_sampler()
+    try:
+        assert isinstance(native.sampler(GREEDY, None), Argmax)
+        assert not isinstance(
+            native.sampler(SamplingParams(8, 0, repeat_penalty=1.3), None), Argmax
+        )
+        assert not isinstance(native.sampler(SamplingParams(8, 0.7), None), Argmax)
+        tokens = native.tokenize("The capital of France is Paris. The capital of Italy is")
+        native.clear_batch()
+        for i, token in enumerate(tokens):
+            native.add(token, i, 0, True)
+        assert native.decode() == 0
+        argmax = native.sampler(GREEDY, None)
+        picked = [argmax.sample(i) for i in range(len(tokens))]
+        assert picked == [native.sample_with(chain, i) for i in range(len(tokens))]
+        assert native.piece(picked[-1]).strip() == b"Rome"
+    finally:
+        native.free_sampler(chain)
+        native.close()

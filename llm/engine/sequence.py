@@ -14,7 +14,7 @@ from llm.engine.stops import StopMatcher
 from llm.params import CompletionRequest, Usage
 
 if TYPE_CHECKING:
-    from llm.engine.native import Sampler
+    from llm.engine.native import TokenSampler
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Seq:
     request: CompletionRequest
     completion: Completion
     prompt: list[int]
-    sampler: Sampler
+    sampler: TokenSampler
     saved: SavedState | None
     submitted: float
     max_tokens: int
