@@ -353,3 +353,38 @@ def test_sync_throughput(api: TestClient[Any], root: Path) -> None:
         f"unchanged re-sync: {again_s * 1000:.0f} ms ({files / again_s:.0f} files/s)"
     )
     assert again_s < first_s
+
+
+def test_trigger_reports_the_run_as_running_even_when_it_fails_at_once() -> None:
+    """The run is read before its thread starts: a sync that fails in microseconds (an
+    unmounted directory) is still ``running`` to the caller that started it."""
+    import threading
+    from types import SimpleNamespace
+
+    from app.sources.scheduler import SyncScheduler
+
+    finished = threading.Event()
+    statuses: dict[int, str] = {}
+
+    class Store:
+        def start_run(self, source_id: int, trigger: str) -> int:
+            statuses[1] = "running"
+            return 1
+
+        def run(self, run_id: int) -> SimpleNamespace:
+            finished.wait(0.5)  # a read after the thread started sees its end
+            return SimpleNamespace(id=run_id, status=statuses[run_id])
+
+    class Syncer:
+        stopping = threading.Event()
+
+        def run(self, source: object, trigger: str, run_id: int) -> None:
+            statuses[run_id] = "failed"
+            finished.set()
+
+    sources = SimpleNamespace(store=Store(), syncer=Syncer())
+    scheduler = SyncScheduler(sources, check_s=0, ready=lambda: True)  # type: ignore[arg-type]
+    run = scheduler.trigger(SimpleNamespace(id=7, name="share"))  # type: ignore[arg-type]
+    assert run.status == "running"
+    assert finished.wait(5) and statuses[1] == "failed"
+    scheduler.stop()

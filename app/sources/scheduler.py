@@ -57,6 +57,10 @@ class SyncScheduler:
             raise SyncBusy(source.name)
         try:
             run_id = self.store.start_run(source.id, trigger)
+            # Read before the thread starts: a run that fails at once would otherwise be
+            # reported as already failed to the caller that started it.
+            run = self.store.run(run_id)
+            assert run is not None
             thread = threading.Thread(
                 target=self._run_locked, args=(lock, source, trigger, run_id), daemon=True
             )
@@ -65,8 +69,6 @@ class SyncScheduler:
         except BaseException:
             lock.release()
             raise
-        run = self.store.run(run_id)
-        assert run is not None
         return run
 
     def delete(self, source: Source) -> None:

@@ -177,7 +177,7 @@ class GroupsApi(_AccountsApi):
             group = await asyncio.to_thread(services.auth.groups.create, data.name)
         except AccountError as exc:
             raise UnprocessableInput(str(exc)) from None
-        return await asyncio.to_thread(_group_out, services, group)
+        return await asyncio.to_thread(group_out, services, group)
 
     @delete("/{group_id:int}", status_code=HTTP_204_NO_CONTENT)
     async def delete_group(self, group_id: RowId, services: Services) -> None:
@@ -189,7 +189,7 @@ class GroupsApi(_AccountsApi):
         self, group_id: RowId, data: GroupMemberIn, services: Services
     ) -> GroupOut:
         """The user joins the group (an admin's addition: sign-in never removes it)."""
-        return await asyncio.to_thread(_add_member, services, group_id, data.user)
+        return await asyncio.to_thread(add_group_member, services, group_id, data.user)
 
     @delete("/{group_id:int}/members/{user_id:int}", status_code=HTTP_204_NO_CONTENT)
     async def remove_member(self, group_id: RowId, user_id: RowId, services: Services) -> None:
@@ -201,7 +201,7 @@ class GroupsApi(_AccountsApi):
         self, group_id: RowId, data: GroupCollectionIn, services: Services
     ) -> GroupOut:
         """Members may read the collection (and change it, with ``write``)."""
-        return await asyncio.to_thread(_grant, services, group_id, data)
+        return await asyncio.to_thread(grant_group_collection, services, group_id, data)
 
     @delete("/{group_id:int}/collections/{collection_id:int}", status_code=HTTP_204_NO_CONTENT)
     async def revoke_collection(
@@ -211,7 +211,7 @@ class GroupsApi(_AccountsApi):
             raise NotFound("the group has no such collection")
 
 
-def _group_out(services: Services, group: Group) -> GroupOut:
+def group_out(services: Services, group: Group) -> GroupOut:
     groups = services.auth.groups
     members = [GroupMemberOut(m.user_id, m.user_name, m.source) for m in groups.members(group.id)]
     grants = [
@@ -222,29 +222,29 @@ def _group_out(services: Services, group: Group) -> GroupOut:
 
 
 def _group_list(services: Services) -> GroupList:
-    return GroupList([_group_out(services, g) for g in services.auth.groups.list()])
+    return GroupList([group_out(services, g) for g in services.auth.groups.list()])
 
 
-def _require_group(services: Services, group_id: int) -> Group:
+def group_or_404(services: Services, group_id: int) -> Group:
     group = services.auth.groups.get(group_id)
     if group is None:
         raise NotFound("no such group")
     return group
 
 
-def _add_member(services: Services, group_id: int, user_name: str) -> GroupOut:
-    group = _require_group(services, group_id)
+def add_group_member(services: Services, group_id: int, user_name: str) -> GroupOut:
+    group = group_or_404(services, group_id)
     user = services.auth.users.by_name(user_name)
     if user is None:
         raise UnprocessableInput(f"no user named {user_name!r}")
     services.auth.groups.add_member(group.id, user.id)
-    return _group_out(services, group)
+    return group_out(services, group)
 
 
-def _grant(services: Services, group_id: int, data: GroupCollectionIn) -> GroupOut:
-    group = _require_group(services, group_id)
+def grant_group_collection(services: Services, group_id: int, data: GroupCollectionIn) -> GroupOut:
+    group = group_or_404(services, group_id)
     ids = {c.name: c.id for c in services.store.collections()}
     if data.collection not in ids:
         raise UnprocessableInput(f"no collection named {data.collection!r}")
     services.auth.groups.grant(group.id, ids[data.collection], can_write=data.write)
-    return _group_out(services, group)
+    return group_out(services, group)

@@ -46,7 +46,9 @@ class SourcesApi(Controller):
     @get()
     async def list_sources(self, services: Services, scheduler: SyncScheduler) -> SourceList:
         sources = await asyncio.to_thread(scheduler.store.all)
-        return SourceList([await asyncio.to_thread(_out, services, scheduler, s) for s in sources])
+        return SourceList(
+            [await asyncio.to_thread(source_out, services, scheduler, s) for s in sources]
+        )
 
     @post(status_code=HTTP_201_CREATED)
     async def create_source(
@@ -60,14 +62,14 @@ class SourcesApi(Controller):
     async def get_source(
         self, source_id: RowId, services: Services, scheduler: SyncScheduler
     ) -> SourceOut:
-        source = await asyncio.to_thread(_source, scheduler, source_id)
-        return await asyncio.to_thread(_out, services, scheduler, source)
+        source = await asyncio.to_thread(source_or_404, scheduler, source_id)
+        return await asyncio.to_thread(source_out, services, scheduler, source)
 
     @delete("/{source_id:int}", status_code=HTTP_204_NO_CONTENT)
     async def delete_source(self, source_id: RowId, scheduler: SyncScheduler) -> None:
         """The source and its runs; the documents its syncs brought in leave search (hand
         uploads into the same collection stay). Waits for a sync in progress to end."""
-        source = await asyncio.to_thread(_source, scheduler, source_id)
+        source = await asyncio.to_thread(source_or_404, scheduler, source_id)
         await asyncio.to_thread(scheduler.delete, source)
 
     @post("/{source_id:int}/sync", status_code=HTTP_202_ACCEPTED)
@@ -77,7 +79,7 @@ class SourcesApi(Controller):
         """Start a sync now; the run is returned ``running``: poll its URL for the counts.
         409 when the source is syncing already, 503 until ingestion has started."""
         services.require_retrieval()
-        source = await asyncio.to_thread(_source, scheduler, source_id)
+        source = await asyncio.to_thread(source_or_404, scheduler, source_id)
         try:
             run = await asyncio.to_thread(scheduler.trigger, source, "api")
         except SyncBusy:
@@ -87,7 +89,7 @@ class SourcesApi(Controller):
     @get("/{source_id:int}/runs")
     async def list_runs(self, source_id: RowId, scheduler: SyncScheduler) -> RunList:
         """The source's last 50 runs, newest first."""
-        await asyncio.to_thread(_source, scheduler, source_id)
+        await asyncio.to_thread(source_or_404, scheduler, source_id)
         runs = await asyncio.to_thread(scheduler.store.runs, source_id)
         return RunList([RunOut.of(run) for run in runs])
 
@@ -101,7 +103,7 @@ class SourcesApi(Controller):
     @get("/{source_id:int}/files")
     async def list_files(self, source_id: RowId, scheduler: SyncScheduler) -> FileList:
         """Each file the last syncs saw: its path or key, its document, when last seen."""
-        await asyncio.to_thread(_source, scheduler, source_id)
+        await asyncio.to_thread(source_or_404, scheduler, source_id)
         files = await asyncio.to_thread(scheduler.store.files, source_id)
         return FileList([FileOut.of(f) for f in files.values()])
 
@@ -125,10 +127,10 @@ def add_source(services: Services, scheduler: SyncScheduler, data: SourceIn) -> 
         source = scheduler.sources.create(spec)
     except InvalidSource as exc:
         raise UnprocessableInput(str(exc)) from None
-    return _out(services, scheduler, source)
+    return source_out(services, scheduler, source)
 
 
-def _source(scheduler: SyncScheduler, source_id: int) -> Source:
+def source_or_404(scheduler: SyncScheduler, source_id: int) -> Source:
     source = scheduler.store.get(source_id)
     if source is None:
         raise NotFound("no such source")
@@ -142,7 +144,7 @@ def _collection_id(services: Services, name: str) -> int:
     return found[0]
 
 
-def _out(services: Services, scheduler: SyncScheduler, source: Source) -> SourceOut:
+def source_out(services: Services, scheduler: SyncScheduler, source: Source) -> SourceOut:
     names = {c.id: c.name for c in services.store.collections()}
     runs = scheduler.store.runs(source.id, limit=1)
     return SourceOut.of(

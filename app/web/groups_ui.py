@@ -22,10 +22,10 @@ from app.web.admin_pages import ADMIN
 from app.web.api_accounts import (
     GroupCollectionIn,
     GroupOut,
-    _add_member,
-    _grant,
-    _group_out,
-    _require_group,
+    add_group_member,
+    grant_group_collection,
+    group_or_404,
+    group_out,
 )
 from app.web.deps import provide_services
 
@@ -42,29 +42,29 @@ def _choices(services: Services) -> dict[str, Any]:
 
 
 def panel_context(services: Services, **extra: Any) -> dict[str, Any]:
-    groups = [_group_out(services, g) for g in services.auth.groups.list()]
+    groups = [group_out(services, g) for g in services.auth.groups.list()]
     return {"groups": groups, **_choices(services), **extra}
 
 
 def group_context(services: Services, group_id: int) -> dict[str, Any]:
-    return {"group": _group_out(services, _require_group(services, group_id)), **_choices(services)}
+    return {"group": group_out(services, group_or_404(services, group_id)), **_choices(services)}
 
 
 def _create(services: Services, name: str) -> GroupOut:
     try:
-        return _group_out(services, services.auth.groups.create(name))
+        return group_out(services, services.auth.groups.create(name))
     except AccountError as exc:
         raise UnprocessableInput(str(exc)) from None
 
 
 def _remove_member(services: Services, group_id: int, user_id: int) -> dict[str, Any]:
-    if not services.auth.groups.remove_member(_require_group(services, group_id).id, user_id):
+    if not services.auth.groups.remove_member(group_or_404(services, group_id).id, user_id):
         raise NotFound("no such member")
     return group_context(services, group_id)
 
 
 def _revoke(services: Services, group_id: int, collection_id: int) -> dict[str, Any]:
-    if not services.auth.groups.revoke(_require_group(services, group_id).id, collection_id):
+    if not services.auth.groups.revoke(group_or_404(services, group_id).id, collection_id):
         raise NotFound("the group has no such collection")
     return group_context(services, group_id)
 
@@ -99,7 +99,7 @@ class GroupsPages(Controller):
     @delete("/{group_id:int}", status_code=200)
     async def remove(self, group_id: RowId, services: Services) -> Template:
         """The group, its memberships and its collections go."""
-        group = await asyncio.to_thread(_require_group, services, group_id)
+        group = await asyncio.to_thread(group_or_404, services, group_id)
         await asyncio.to_thread(services.auth.groups.delete, group.id)
         context = await asyncio.to_thread(panel_context, services, deleted=group.name)
         return Template("_groups_panel.html", context=context)
@@ -110,7 +110,7 @@ class GroupsPages(Controller):
     ) -> Template:
         """The user joins (an admin's addition: a sign-in never removes it)."""
         user = _field(await request.form(), "user")
-        group = await asyncio.to_thread(_add_member, services, group_id, user)
+        group = await asyncio.to_thread(add_group_member, services, group_id, user)
         context = await asyncio.to_thread(group_context, services, group.id)
         return Template("_groups_group.html", context=context)
 
@@ -132,7 +132,7 @@ class GroupsPages(Controller):
             )
         except msgspec.ValidationError as exc:
             raise UnprocessableInput(f"collection: {exc}") from None
-        group = await asyncio.to_thread(_grant, services, group_id, data)
+        group = await asyncio.to_thread(grant_group_collection, services, group_id, data)
         context = await asyncio.to_thread(group_context, services, group.id)
         return Template("_groups_group.html", context=context)
 

@@ -20,7 +20,7 @@ from app.sources.scheduler import SyncBusy, SyncScheduler
 from app.sources.schemas import FileOut, RunOut, SourceIn, SourceOut
 from app.state import Services
 from app.web.admin_pages import ADMIN
-from app.web.api_sources import _out, _source, add_source, provide_scheduler
+from app.web.api_sources import add_source, provide_scheduler, source_or_404, source_out
 from app.web.deps import provide_services
 
 # Form fields that mean "not given" when left blank.
@@ -71,7 +71,7 @@ def _plain(message: str) -> str:
 
 
 def panel_context(services: Services, scheduler: SyncScheduler, **extra: Any) -> dict[str, Any]:
-    sources = [_out(services, scheduler, s) for s in scheduler.store.all()]
+    sources = [source_out(services, scheduler, s) for s in scheduler.store.all()]
     return {
         "sources": sources,
         "collections": services.store.collections(),
@@ -85,11 +85,11 @@ def panel_context(services: Services, scheduler: SyncScheduler, **extra: Any) ->
 
 
 def _row(services: Services, scheduler: SyncScheduler, source_id: int) -> SourceOut:
-    return _out(services, scheduler, _source(scheduler, source_id))
+    return source_out(services, scheduler, source_or_404(scheduler, source_id))
 
 
 def _history(scheduler: SyncScheduler, source_id: int) -> dict[str, Any]:
-    source = _source(scheduler, source_id)
+    source = source_or_404(scheduler, source_id)
     runs = [RunOut.of(run) for run in scheduler.store.runs(source_id)]
     files = sorted(
         (FileOut.of(f) for f in scheduler.store.files(source_id).values()), key=lambda f: f.path
@@ -145,7 +145,7 @@ class SourcesPages(Controller):
         """Start a sync now: the row comes back running and polls (the API's 409: the row
         says "already syncing", and follows the sync under way)."""
         services.require_retrieval()
-        source = await asyncio.to_thread(_source, scheduler, source_id)
+        source = await asyncio.to_thread(source_or_404, scheduler, source_id)
         try:
             await asyncio.to_thread(scheduler.trigger, source, "ui")
         except SyncBusy:
@@ -164,7 +164,7 @@ class SourcesPages(Controller):
         self, source_id: RowId, services: Services, scheduler: SyncScheduler
     ) -> Response[Any]:
         """The source goes and its synced documents leave search; the panel without it."""
-        source = await asyncio.to_thread(_source, scheduler, source_id)
+        source = await asyncio.to_thread(source_or_404, scheduler, source_id)
         await asyncio.to_thread(scheduler.delete, source)
         context = await asyncio.to_thread(panel_context, services, scheduler, deleted=source.name)
         return Template("_sources_panel.html", context=context)
