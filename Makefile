@@ -58,6 +58,16 @@ bench: setup
 	$(BIN)/python -m bench.retrieval_quality
 	$(BIN)/python -m bench.search_scale
 	$(BIN)/python -m bench.mapped_index
+	$(BIN)/python -m bench.sampler_guard
+	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench.engine_profile
+	$(BIN)/python -m bench.serving --peer build
+	$(BIN)/python -m bench.speculative
+	$(BIN)/python -m bench.fleet
+	$(BIN)/python -m bench.embedding_fleet --repeat 2
+	$(BIN)/python -m bench.ocr
+	$(BIN)/python -m bench.answers
+	$(BIN)/python -m bench.relevance_floor
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
