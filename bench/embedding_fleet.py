@@ -87,7 +87,8 @@ def ingest_through_front(
                 time.sleep(0.2)
                 for document in http.get(f"{front.url}/api/documents").json()["documents"]:
                     if document["id"] in pending and document["status"] == "failed":
-                        raise RuntimeError(f"document {document['id']} failed; see server.log")
+                        failed = document["id"]
+                        raise RuntimeError(f"document {failed} failed; see {front.log_path}")
                     if document["status"] == "indexed":
                         pending.discard(document["id"])
             wall = time.monotonic() - started

@@ -241,7 +241,7 @@ class NativeModel:
 
         Plain greedy decoding (no grammar, no penalties) is an argmax over the logits row.
         llama.cpp's greedy sampler first copies the whole vocabulary into a candidates
-        array: ~1.1 ms per token for Gemma 3's 262k entries on this CPU, against ~0.03 ms
+        array: ~1.1 ms per token for Gemma 3's 262k entries on this CPU, against ~0.2 ms
         for the argmax (13 % of an eight-stream decode step; docs/BENCHMARKS.md). Both
         pick the first of equal maxima, so the tokens are the same.
         """
