@@ -114,17 +114,9 @@ class PeerServer:
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.25)
-        raise TimeoutError(f"llama-server not ready after {timeout_s}s; see {self.log_path}")
+        from tests.server import wait_until_healthy
+
+        wait_until_healthy(f"{self.url}/health", self.process, timeout_s, self.log_path)
 
     def stop(self) -> None:
         if self.process.poll() is None:

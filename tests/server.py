@@ -65,6 +65,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until_healthy(
+    url: str, process: subprocess.Popen[bytes], timeout: float, log_path: Path
+) -> None:
+    """Poll ``url`` until it answers 200; fail early when ``process`` exits meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}; see {log_path}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"{url} not ready after {timeout}s; see {log_path}")
+
+
 class ServerProcess:
     def __init__(self, data_dir: Path, log_path: Path, **settings: Any):
         self.data_dir = data_dir
@@ -139,20 +156,8 @@ class ServerProcess:
         return self
 
     def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"server exited with {self.process.returncode}; see {self.log_path}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.25)
-        raise TimeoutError(f"server not ready after {timeout}s; see {self.log_path}")
+        assert self.process is not None
+        wait_until_healthy(f"{self.url}/health/ready", self.process, timeout, self.log_path)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks, no checkpoints, exactly like a crash."""

@@ -242,15 +242,21 @@ def test_upload_of_a_scanned_pdf_is_searchable_and_cites_the_right_page(tmp_path
         _upload_and_search(client)
 
 
-def _upload_and_search(client: TestClient[Any]) -> None:
+def _upload_scan(client: TestClient[Any]) -> dict[str, Any]:
+    """The two-page scan, uploaded and ingested: its document as the API shows it."""
     [created] = upload(client, ("scan.pdf", _pdf([POLICY, PARKING]))).json()["documents"]
 
     def done() -> dict[str, Any] | None:
         document: dict[str, Any] = client.get(f"/api/documents/{created['id']}").json()
         return document if document["status"] in ("indexed", "failed") else None
 
-    document = wait_for(done, timeout=300, interval=0.5)
+    document: dict[str, Any] = wait_for(done, timeout=300, interval=0.5)
     assert document["status"] == "indexed", document
+    return document
+
+
+def _upload_and_search(client: TestClient[Any]) -> None:
+    created = _upload_scan(client)
     hits = client.post("/api/search", json={"query": "where do visitors park", "k": 3})
     top = hits.json()["hits"][0]
     assert (top["document_id"], top["page"]) == (created["id"], 2)
@@ -265,19 +271,12 @@ def _upload_and_search(client: TestClient[Any]) -> None:
 def test_a_scan_cut_short_by_the_ocr_budget_is_indexed_with_a_note(tmp_path: Any) -> None:
     settings = fake_settings(tmp_path / "data", ocr_threads=2, ocr_document_budget_s=0.001)
     with signed_in(settings) as client:
-        [created] = upload(client, ("scan.pdf", _pdf([POLICY, PARKING]))).json()["documents"]
-
-        def done() -> dict[str, Any] | None:
-            document: dict[str, Any] = client.get(f"/api/documents/{created['id']}").json()
-            return document if document["status"] in ("indexed", "failed") else None
-
-        document = wait_for(done, timeout=300, interval=0.5)
-        assert document["status"] == "indexed", document
+        document = _upload_scan(client)
         assert "1 of 2 scanned pages, from page 2 on, were not read" in document["error"]
         hits = client.post("/api/search", json={"query": "refund limit for travel", "k": 3})
         assert hits.json()["hits"][0]["page"] == 1
-        assert client.app.state.services.store.page_text(created["id"], 2) == ""
-        row = client.get(f"/ui/documents/{created['id']}/table-row")  # its collection's page
+        assert client.app.state.services.store.page_text(document["id"], 2) == ""
+        row = client.get(f"/ui/documents/{document['id']}/table-row")  # its collection's page
         assert row.status_code == 200 and "were not read" in row.text
 
 
