@@ -110,6 +110,13 @@ class UnsupportedOut(msgspec.Struct):
         return cls(unsupported.start, unsupported.end, unsupported.text, unsupported.reason)
 
 
+class ChatSources(msgspec.Struct):
+    """The passages the model is given for an answer, best first, numbered as it may cite
+    them: sent before it starts writing."""
+
+    sources: list[CitationOut]
+
+
 class ChatDone(msgspec.Struct):
     """The stored answer. ``grounded``: it cites at least one source; ``unsupported``: its
     sentences no cited passage supports."""

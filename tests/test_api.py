@@ -63,6 +63,11 @@ def test_chat_streams_tokens_then_citations(client: TestClient[Any]) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     events = sse_events(response.text)
+    name, data = events[0]  # what the model reads, before its first token
+    assert name == "sources"
+    [reading] = json.loads(data)["sources"]
+    assert reading["number"] == 1 and reading["document_id"] == created["id"]
+    assert "45 euros" in reading["snippet"]
     tokens = [json.loads(data)["text"] for name, data in events if name == "token"]
     assert len(tokens) > 3
     name, data = events[-1]
@@ -70,6 +75,7 @@ def test_chat_streams_tokens_then_citations(client: TestClient[Any]) -> None:
     done = json.loads(data)
     assert done["answer"].startswith("According to [1]")
     [citation] = done["citations"]
+    assert citation == reading
     assert citation["document_id"] == created["id"]
     assert citation["page"] == 1
     assert "45 euros" in citation["snippet"]
@@ -86,7 +92,9 @@ def test_chat_streams_tokens_then_citations(client: TestClient[Any]) -> None:
 
 def test_chat_without_relevant_sources_says_so(client: TestClient[Any]) -> None:
     response = client.post("/api/chat", json={"message": "zebra quantum marmalade"})
-    done = json.loads(sse_events(response.text)[-1][1])
+    events = sse_events(response.text)
+    assert [name for name, _ in events] == ["token", "done"]  # no sources to list
+    done = json.loads(events[-1][1])
     assert "could not find" in done["answer"]
     assert done["citations"] == []
     assert fake_model(client).history == []  # nothing to invent from

@@ -87,6 +87,14 @@ def test_drop_upload_ask_stream_and_open_citation(page: Any) -> None:
         """() => {
             window.sseMessages = 0;
             document.body.addEventListener("htmx:sseMessage", () => window.sseMessages++);
+            window.reading = null;  // what the answer said it reads, before its first token
+            new MutationObserver(() => {
+                const line = document.querySelector(".msg.streaming .reading");
+                const body = document.querySelector(".msg.streaming .msg-body");
+                if (line && window.reading === null) {
+                    window.reading = [line.innerText, body.innerText];
+                }
+            }).observe(document.body, { childList: true, subtree: true });
         }"""
     )
     page.fill("#question", "How much does a staff parking permit cost?")
@@ -95,6 +103,9 @@ def test_drop_upload_ask_stream_and_open_citation(page: Any) -> None:
     answer.wait_for(timeout=60_000)
     assert page.evaluate("window.sseMessages") >= 3, "tokens arrived as separate SSE messages"
     assert "12 euros" in answer.inner_text()
+    reading, written = page.evaluate("window.reading")
+    assert reading.startswith("Reading 2 passages:") and "[1] Parking guide, page 1" in reading
+    assert written == ""  # shown while the model had not written anything yet
     assert page.locator("#sources-pane .source").count() >= 1
     assert page.url.rstrip("/").split("/")[-2] == "c"  # the conversation got its own URL
 

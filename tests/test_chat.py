@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from app.chat.conversations import Conversations, Message
-from app.chat.service import NOTHING_FOUND, ChatConfig, ChatService, DoneEvent, TokenEvent
+from app.chat.service import (
+    NOTHING_FOUND,
+    ChatConfig,
+    ChatService,
+    DoneEvent,
+    ReadingEvent,
+    TokenEvent,
+)
 from app.errors import NotFound, UnprocessableInput
 from app.migrations import migrate_all
 from llm.backend import FakeBackend
@@ -52,6 +59,27 @@ def test_history_reaches_the_prompt_and_answers_are_stored(tmp_path: Path) -> No
     assert "How many days of leave do staff get?" in generator.history[-1].prompt
     messages = chat.conversations.messages(done.message.conversation_id)
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_the_passages_read_are_told_before_the_first_token(tmp_path: Path) -> None:
+    """While the model prefills (seconds on a CPU), the reader is shown what it reads: the
+    passages in its prompt, numbered as the answer will cite them."""
+    generator = FakeBackend()
+    generator.enqueue(["Staff get 28 days [1]."])
+    chat = service(make_kit(tmp_path), generator)
+    events = asyncio.run(collect(chat, "How many days of leave do staff get?"))
+    reading, *rest = events
+    assert isinstance(reading, ReadingEvent)
+    assert [(c.number, c.title, c.page) for c in reading.sources] == [(1, "Leave", 1)]
+    assert "[1] Leave (page 1)" in generator.history[-1].prompt
+    assert isinstance(rest[0], TokenEvent) and isinstance(rest[-1], DoneEvent)
+    assert rest[-1].message.citations == reading.sources
+
+
+def test_nothing_to_read_tells_no_passages(tmp_path: Path) -> None:
+    chat = service(make_kit(tmp_path), FakeBackend())
+    events = asyncio.run(collect(chat, "zebra quantum marmalade"))
+    assert not any(isinstance(e, ReadingEvent) for e in events)
 
 
 def test_a_follow_up_prompt_repeats_the_first_turn_verbatim(tmp_path: Path) -> None:
@@ -180,7 +208,8 @@ def test_a_reconnect_right_after_leaving_does_not_generate_again(tmp_path: Path)
     async def leave_then_reconnect() -> list[object]:
         _, message = chat.ask("How many days of leave?", None)
         stream = chat.answer(message)
-        await anext(stream)
+        while not isinstance(await anext(stream), TokenEvent):
+            pass
         await stream.aclose()  # the stopped answer is being stored in the background
         return [event async for event in chat.answer(message)]  # an immediate reconnect
 

@@ -80,6 +80,10 @@ def test_ask_then_stream_renders_escaped_tokens_and_linked_citations(
 
     stream = client.get(f"/ui/answers/{question_id}/stream")
     events = sse_events(stream.text)
+    name, reading = events[0]  # what the model reads, shown while it prefills
+    assert name == "sources" and "Reading 1 passage:" in reading
+    assert f'href="/documents/{document_id}/pages/1?chunk=' in reading
+    assert "[1] Canteen, page 1" in reading
     tokens = [data for name, data in events if name == "token"]
     assert tokens[0] == "<span>&lt;b&gt;</span>"
     name, done = events[-1]

@@ -82,6 +82,11 @@ class Grounding:
         shown = {**(earlier or {}), **{hit.chunk_id: citation_of(hit) for hit in hits}}
         return cls(prompt, shown)
 
+    def reading(self) -> list[Citation]:
+        """Every source the model is given for this turn (new and listed earlier), best
+        first, with the numbers the prompt gives them."""
+        return [self._numbered(source) for source in self.prompt.relevant]
+
     def listed(self) -> list[Citation]:
         """This turn's sources, numbered as the prompt numbers them."""
         return [self._numbered(source) for source in self.prompt.turn.sources]

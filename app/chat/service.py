@@ -72,6 +72,14 @@ class ChatConfig:
 
 
 @dataclass(frozen=True)
+class ReadingEvent:
+    """The passages the model is about to read, sent before it starts: on 2 CPU cores the
+    first token takes seconds (prefill), and the reader sees meanwhile what it is reading."""
+
+    sources: tuple[Citation, ...]
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     text: str
 
@@ -83,7 +91,7 @@ class DoneEvent:
     usage: Usage | None = None  # the model's token counts; None when no model ran
 
 
-ChatEvent = TokenEvent | DoneEvent
+ChatEvent = ReadingEvent | TokenEvent | DoneEvent
 
 
 @dataclass
@@ -141,7 +149,7 @@ class ChatService:
         A question already answered yields its stored answer at once, so a reconnecting
         client never triggers a second generation. ``on_stored`` is called (in a worker
         thread) with the answer once it is stored, however it ended: complete, stopped, or
-        cut short by a client that progress.
+        cut short by a client that left.
         """
         existing = await asyncio.to_thread(self.conversations.answer_to, question)
         if existing is not None or question.id in self._answering:
@@ -225,6 +233,7 @@ class ChatService:
         model = await asyncio.to_thread(self.model_for, question.conversation_id)
         backend = await asyncio.to_thread(self.models.get, model, key)
         grounding = await asyncio.to_thread(self._grounding, backend, question, hits)
+        yield ReadingEvent(tuple(grounding.reading()))
         prompt = grounding.prompt
         request = CompletionRequest(
             prompt=prompt.text,

@@ -23,12 +23,14 @@ from app.auth.access import (
 )
 from app.auth.service import Auth
 from app.chat.conversations import Message
-from app.chat.service import ChatService, DoneEvent, TokenEvent, clean_question
+from app.chat.service import ChatService, DoneEvent, ReadingEvent, TokenEvent, clean_question
 from app.documents.intake import Accepted, read_files, require_all_supported, submit_all
 from app.errors import AppError, NotFound
 from app.schemas import (
     ChatDone,
     ChatIn,
+    ChatSources,
+    CitationOut,
     DocumentList,
     DocumentOut,
     RowId,
@@ -117,7 +119,9 @@ class ChatApi(Controller):
 
     @post(status_code=200)
     async def chat(self, data: ChatIn, chat: ChatService, services: Services) -> ServerSentEvent:
-        """Server-sent events: ``token`` events carry text, ``done`` the stored answer
+        """Server-sent events: ``sources`` lists the passages the model is given, before
+        it starts (none when nothing relevant was found), ``token`` events carry text,
+        ``done`` the stored answer
         with its citations, its ``unsupported`` sentences (those no cited passage supports,
         as offsets into the answer) and ``grounded`` (whether it cites any source),
         ``error`` a problem found after streaming began."""
@@ -135,7 +139,10 @@ async def json_events(
     try:
         audit = answer_audit(auth) if auth is not None else None
         async for event in chat.answer(question, on_stored=audit):
-            if isinstance(event, TokenEvent):
+            if isinstance(event, ReadingEvent):
+                sources = ChatSources([CitationOut.of(c) for c in event.sources])
+                yield ServerSentEventMessage(data=_json(sources), event="sources")
+            elif isinstance(event, TokenEvent):
                 yield ServerSentEventMessage(data=_json({"text": event.text}), event="token")
             elif isinstance(event, DoneEvent):
                 yield ServerSentEventMessage(data=_json(ChatDone.of(event.message)), event="done")
