@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 from litestar.params import Parameter
 
-from app.chat.conversations import Citation, Message
+from app.chat.records import Citation, Message
 from llm.support import Unsupported
 from retrieval.records import DocumentRecord
 from retrieval.types import Hit

@@ -21,7 +21,6 @@ The API key goes in the ``Authorization`` header only; no message here names it.
 
 from __future__ import annotations
 
-import base64
 import itertools
 import logging
 import math
@@ -38,6 +37,7 @@ import httpx
 import numpy as np
 
 from retrieval.embedder import Vectors
+from retrieval.remote_wire import Failed, differs, embeddings_url, status_failure, vectors
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,6 @@ _RETRYABLE = frozenset({"unreachable", "broken", "busy", "server", "mismatch"})
 
 class RemoteEmbedderError(RuntimeError):
     """The endpoints cannot be used as configured, or none answered in time."""
-
-
-@dataclass(eq=False)
-class _Failed(Exception):
-    kind: str  # unreachable | broken | busy | server | mismatch | refused
-    detail: str
-    retry_after_s: float | None = None
 
 
 @dataclass(eq=False)
@@ -83,11 +76,6 @@ class RemoteNode:
         if not self.up:
             log.warning("embedding endpoint %s is back", self.url)
         self.up, self.failures, self.next_check = True, 0, now + interval_s
-
-
-def embeddings_url(url: str) -> str:
-    root = url.rstrip("/")
-    return root + ("/embeddings" if root.endswith("/v1") else "/v1/embeddings")
 
 
 class RemoteEmbedder:
@@ -192,7 +180,7 @@ class RemoteEmbedder:
                 continue
             try:
                 return self._post(node, texts)
-            except _Failed as failure:
+            except Failed as failure:
                 self._note(node, failure)
                 last = f"{node.url}: {failure.kind}: {failure.detail}"
                 if failure.kind not in _RETRYABLE:
@@ -232,7 +220,7 @@ class RemoteEmbedder:
                     return node
                 self._cond.wait(min(0.25, deadline - now))
 
-    def _note(self, node: RemoteNode, failure: _Failed) -> None:
+    def _note(self, node: RemoteNode, failure: Failed) -> None:
         with self._cond:
             now = time.monotonic()
             node.errors[failure.kind] += 1
@@ -247,22 +235,22 @@ class RemoteEmbedder:
         try:
             response = self._client.post(node.url, json=body)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise _Failed("unreachable", type(exc).__name__) from None
+            raise Failed("unreachable", type(exc).__name__) from None
         except httpx.HTTPError as exc:  # a read timeout, a dropped connection
-            raise _Failed("broken", type(exc).__name__) from None
+            raise Failed("broken", type(exc).__name__) from None
         if response.status_code != 200:
-            raise _status_failure(response)
-        return _vectors(response, len(texts), self._dimension)
+            raise status_failure(response)
+        return vectors(response, len(texts), self._dimension)
 
     # -- the probe: at start, then as the health check --
 
     def _probe_all(self, expected: Vectors | None, tolerance: float) -> Vectors:
         reference = expected
         for node in self.nodes:
-            vectors = self._probe(node, deadline=time.monotonic() + self.timeout_s)
+            probed = self._probe(node, deadline=time.monotonic() + self.timeout_s)
             if reference is None:
-                reference = vectors
-            elif (why := _differs(vectors, reference, tolerance)) is not None:
+                reference = probed
+            elif (why := differs(probed, reference, tolerance)) is not None:
                 against = "the local model" if expected is not None else self.nodes[0].url
                 raise RemoteEmbedderError(f"{node.url} embeds differently from {against}: {why}")
         assert reference is not None
@@ -274,7 +262,7 @@ class RemoteEmbedder:
         while True:
             try:
                 return self._post(node, list(PROBE_TEXTS))
-            except _Failed as failure:
+            except Failed as failure:
                 final = failure.kind == "refused" or time.monotonic() >= deadline
                 if final:
                     raise RemoteEmbedderError(
@@ -290,8 +278,8 @@ class RemoteEmbedder:
                     continue
                 try:
                     answer = self._post(node, list(PROBE_TEXTS))
-                    why = _differs(answer, self.reference, self._tolerance)
-                except _Failed as failure:
+                    why = differs(answer, self.reference, self._tolerance)
+                except Failed as failure:
                     if failure.kind == "busy":  # up, but not now: only set aside
                         with self._cond:
                             node.busy_until = time.monotonic() + (failure.retry_after_s or 1.0)
@@ -311,58 +299,6 @@ class RemoteEmbedder:
     def _due_in(self) -> float:
         soonest = min(n.next_check for n in self.nodes) - time.monotonic()
         return max(0.05, min(self.health_interval_s, soonest))
-
-
-def _status_failure(response: httpx.Response) -> _Failed:
-    status = response.status_code
-    detail = f"HTTP {status}: {_error_message(response)}"
-    if status in (429, 503):
-        retry = response.headers.get("Retry-After", "")
-        return _Failed("busy", detail, float(retry) if retry.isdigit() else None)
-    if status >= 500 or status == 408:
-        return _Failed("server", detail)
-    return _Failed("refused", detail)  # a wrong key, an unknown model: final
-
-
-def _error_message(response: httpx.Response) -> str:
-    try:
-        error = response.json().get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-        return str(message)[:300] if message else response.reason_phrase
-    except ValueError:
-        return response.reason_phrase
-
-
-def _vectors(response: httpx.Response, count: int, dimension: int | None) -> Vectors:
-    """The rows of an embeddings answer, in input order, L2-normalised."""
-    try:
-        rows = sorted(response.json()["data"], key=lambda row: int(row["index"]))
-        vectors = np.asarray([_row(row["embedding"]) for row in rows], dtype=np.float32)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise _Failed("mismatch", f"not an embeddings answer ({exc})") from None
-    if vectors.ndim != 2 or len(vectors) != count:
-        raise _Failed("mismatch", f"{len(rows)} vectors for {count} texts")
-    if dimension is not None and vectors.shape[1] != dimension:
-        raise _Failed("mismatch", f"{vectors.shape[1]} dimensions, not {dimension}")
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    np.divide(vectors, norms, out=vectors, where=norms > 0)
-    return vectors
-
-
-def _row(value: Any) -> Any:
-    if isinstance(value, str):
-        return np.frombuffer(base64.b64decode(value), dtype="<f4")
-    return value
-
-
-def _differs(vectors: Vectors, reference: Vectors, tolerance: float = NODE_TOLERANCE) -> str | None:
-    """Why ``vectors`` are not ``reference`` (another dimension, another model), or None."""
-    if vectors.shape != reference.shape:
-        return f"{vectors.shape[1]} dimensions, expected {reference.shape[1]}"
-    gap = float(np.max(np.abs(vectors - reference)))
-    if gap > tolerance:
-        return f"probe vectors differ by up to {gap:.2g} (tolerance {tolerance:g}): another model"
-    return None
 
 
 def connect(

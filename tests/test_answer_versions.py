@@ -9,7 +9,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from app.chat.conversations import Citation, Message
+from app.chat.records import Citation, Message
 from app.web.ui_format import copy_text
 from tests.conftest import fake_model, sse_events
 from tests.test_ui_routes import ask, indexed_document

@@ -204,7 +204,9 @@ def test_bulk_goes_on_as_soon_as_the_server_is_idle() -> None:
     threading.Timer(0.2, busy.clear).start()
     started = time.monotonic()
     embedder.embed_batch(["a", "b", "c"])
-    assert 0.2 <= time.monotonic() - started < 0.5
+    # Not the 5 s a bulk slice yields for at most: it went on once the server was idle
+    # (bounded loosely, for a loaded CI machine).
+    assert 0.2 <= time.monotonic() - started < 2.5
     assert embedder.bulk_paused_s >= 0.2
     embedder.close()
 
@@ -235,7 +237,7 @@ def test_a_failing_busy_check_counts_as_idle_and_the_batcher_lives_on() -> None:
     started = time.monotonic()
     assert len(embedder.embed_batch(["a", "b", "c"])) == 3  # not held back, not hung
     assert embedder.embed_batch(["q"]).shape == (1, 32) and calls
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.5  # not the 5 s yield
     embedder.close()
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.chat.conversations import Conversations, Message
+from app.chat.conversations import Conversations
+from app.chat.records import Message
 from app.chat.service import (
     NOTHING_FOUND,
     ChatConfig,

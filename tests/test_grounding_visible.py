@@ -13,8 +13,8 @@ import pytest
 from litestar.testing import TestClient
 
 from app.chat.answering import NO_ANSWER, NOTHING_FOUND, WITHHELD
-from app.chat.conversations import Citation, Message
 from app.chat.markdown import TAGS, render_markdown
+from app.chat.records import Citation, Message
 from app.chat.rendering import UNGROUNDED_NOTE, render_answer, ungrounded
 from llm.support import Unsupported, unsupported_sentences
 from tests.conftest import fake_model, sse_events, upload, wait_indexed

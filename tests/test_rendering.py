@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.chat.conversations import Citation, Message
+from app.chat.records import Citation, Message
 from app.chat.rendering import highlight_passage, render_answer
 
 CITATION = Citation(1, 7, 3, "Doc <b>", 2, 0, 5, "snippet")

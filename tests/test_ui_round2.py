@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from app.chat.conversations import Citation, Message
+from app.chat.records import Citation, Message
 from app.chat.rendering import render_answer, shown_citations
 from retrieval.parsers import parse_document
 from retrieval.types import DocumentKind

@@ -10,7 +10,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from app.chat.conversations import Conversation
+from app.chat.records import Conversation
 from app.web.ui_context import group_conversations
 from tests.conftest import add_user, fake_model, login, sse_events, upload, wait_indexed
 from tests.test_pages import HOSTILE, injected_markup

@@ -12,7 +12,7 @@ from app.auth.principal import Principal
 from app.auth.resources import WriteForbidden
 from app.auth.scope import current_access
 from app.auth.service import Auth
-from app.chat.conversations import Citation, Message
+from app.chat.records import Citation, Message
 from app.errors import NotFound
 from retrieval.records import CollectionRecord, DocumentRecord
 

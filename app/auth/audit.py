@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from app.auth.principal import Principal
-from app.chat.conversations import Message
+from app.chat.records import Message
 from retrieval.db import Database
 
 

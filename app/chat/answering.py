@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from app.chat.conversations import Citation
+from app.chat.records import Citation
 from llm.backend import Backend
 from llm.citations import MARKER, SENTENCE, attribute, cited_numbers, content_words
 from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.auth.access import readable_documents, require_message
-from app.chat.conversations import Citation
+from app.chat.records import Citation
 from app.chat.rendering import shown_citations
 from app.errors import NotFound
 from app.state import Services

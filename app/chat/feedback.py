@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from app.chat.conversations import Message
+from app.chat.records import Message
 from app.chat.rendering import shown_citations
 from llm.support import declines
 from retrieval.db import Database

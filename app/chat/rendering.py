@@ -8,8 +8,8 @@ from html import escape
 from markupsafe import Markup
 
 from app.chat.answering import NO_ANSWER
-from app.chat.conversations import Citation, Message
 from app.chat.markdown import render_markdown
+from app.chat.records import Citation, Message
 from app.chat.stopping import STOPPED
 from llm.citations import cited_numbers
 from llm.support import declines

@@ -10,14 +10,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
-from app.chat.conversations import (
-    Citation,
-    Conversation,
-    Conversations,
-    Message,
-    ShownSource,
-    TurnContext,
-)
+from app.chat.conversations import Conversations
+from app.chat.records import Citation, Conversation, Message, ShownSource, TurnContext
 from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
 from app.config.settings import Settings
 from app.errors import NotFound, UnprocessableInput, from_engine

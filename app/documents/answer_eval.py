@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.chat.conversations import Conversations, Message
+from app.chat.conversations import Conversations
 from app.chat.quality import AnswerReport, AnswerScore, report, score_answer
+from app.chat.records import Message
 from app.chat.service import ChatService, DoneEvent, TokenEvent
 from app.migrations import open_database
 from retrieval.db import Database

@@ -22,7 +22,7 @@ from app.auth.access import (
     require_conversation,
 )
 from app.auth.service import Auth
-from app.chat.conversations import Message
+from app.chat.records import Message
 from app.chat.service import ChatService, DoneEvent, ReadingEvent, TokenEvent, clean_question
 from app.documents.intake import Accepted, read_files, require_all_supported, submit_all
 from app.errors import AppError, NotFound

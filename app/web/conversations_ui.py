@@ -15,7 +15,7 @@ from litestar.params import Body, Parameter
 from litestar.response import Template
 from msgspec import Struct
 
-from app.chat.conversations import Conversation, Message
+from app.chat.records import Conversation, Message
 from app.chat.service import ChatService, clean_question
 from app.errors import AppError, NotFound, UnprocessableInput
 from app.schemas import RowId

@@ -18,7 +18,6 @@ from msgspec import Struct
 
 from app.auth.access import current_user_id
 from app.auth.guards import NotAuthenticated
-from app.chat.conversations import Message
 from app.chat.feedback import (
     MAX_COMMENT_CHARS,
     RATINGS,
@@ -27,6 +26,7 @@ from app.chat.feedback import (
     Rating,
     golden_jsonl,
 )
+from app.chat.records import Message
 from app.errors import NotFound, UnprocessableInput
 from app.schemas import RowId
 from app.state import Services

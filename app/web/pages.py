@@ -18,7 +18,7 @@ from msgspec import Struct
 
 from app.auth.access import answer_audit, current_user_id, require_conversation
 from app.chat.citation_nav import citation_nav
-from app.chat.conversations import Message
+from app.chat.records import Message
 from app.chat.rendering import highlight_passage
 from app.chat.service import ChatService, DoneEvent, ReadingEvent, TokenEvent
 from app.documents.intake import IncomingFile, read_files, submit_all

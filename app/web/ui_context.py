@@ -15,9 +15,9 @@ from app.auth.access import (
     visible_conversation_ids,
 )
 from app.auth.scope import current_access
-from app.chat.conversations import Conversation, Message
 from app.chat.feedback import AnswerFeedback, Feedback
 from app.chat.local_models import ChatModels
+from app.chat.records import Conversation, Message
 from app.errors import UnprocessableInput
 from app.state import Services
 from retrieval.records import CollectionRecord, DocumentRecord

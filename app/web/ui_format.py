@@ -7,7 +7,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from app.chat.conversations import Message
+from app.chat.records import Message
 from app.chat.rendering import UNGROUNDED_NOTE, shown_citations, shown_numbers, ungrounded
 from llm.citations import MARKER
 
