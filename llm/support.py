@@ -7,6 +7,10 @@ given such a sentence its marker, so a bare sentence left over is one no source 
 Sentences that say the documents do not cover something are never flagged: declining is
 what a grounded answer should do when the sources fall short.
 
+Small models often state a fact from one source and put another's number after it (the
+second of four passages, cited as [3]). :func:`recite` points such a sentence at the
+source that does support it, when exactly that can be found, before the check.
+
 This is lexical, like the attribution it checks: a faithful paraphrase in other words can
 be flagged and an invented sentence built from a source's words can pass. It is a marker
 for a reader's eye ("check this"), not a verdict.
@@ -15,7 +19,7 @@ for a reader's eye ("check this"), not a verdict.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,6 +29,8 @@ from llm.prompt import Source
 _FENCED = re.compile(r"^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
 _LIST_MARK = re.compile(r"\s*(?:\d{1,3}[.)]|[-*•])\s*")
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_NAME = re.compile(r"\b[A-Z][^\W\d_]*")  # a capitalised word: a name, or a sentence's first
+_MARKERS = re.compile(r"\[\d{1,3}\](?:\s*\[\d{1,3}\])*")  # one marker or a run of them
 _DECLINES = re.compile(
     r"\b(?:(?:documents?|sources?|passages?|context)\b[^.\n]{0,40}?\b(?:do(?:es)? not|don't|"
     r"doesn't|cannot|can't)\b|not (?:in|covered|mentioned|stated|found|given|provided) (?:in|by) "
@@ -74,6 +80,34 @@ def unsupported_sentences(answer: str, sources: Mapping[int, Source]) -> list[Un
     return found
 
 
+def recite(answer: str, sources: Mapping[int, Source], order: Sequence[int] = ()) -> str:
+    """``answer`` with each cited sentence that its sources do not support re-pointed to
+    the one source that does: the first in ``order`` (then the other numbers) containing
+    its content words, every number and every name it states. A sentence no single source
+    supports keeps its markers (and is flagged by :func:`unsupported_sentences`)."""
+    candidates = [*order, *(n for n in sources if n not in order)]
+    pieces, cursor = [], 0
+    for match in SENTENCE.finditer(answer):
+        sentence = match.group(0)
+        pieces.append(answer[cursor : match.start()])
+        cursor = match.end()
+        cited = [sources[n] for n in _cited(sentence) if n in sources]
+        body = MARKER.sub(" ", sentence)
+        words, numbers = content_words(body), set(_NUMBER.findall(body))
+        if cited and not declines(sentence) and not _covered(words, numbers, cited):
+            names = {w.lower() for w in _NAME.findall(body)} & words
+            supporting = (
+                n
+                for n in candidates
+                if _covered(words, numbers, [sources[n]]) and _names_in(names, sources[n])
+            )
+            if (number := next(supporting, None)) is not None:
+                sentence = _MARKERS.sub(f"[{number}]", sentence)
+        pieces.append(sentence)
+    pieces.append(answer[cursor:])
+    return "".join(pieces)
+
+
 def declines(text: str) -> bool:
     """Whether the text says the documents do not answer (rather than answering)."""
     return _DECLINES.search(text) is not None
@@ -92,6 +126,12 @@ def _covered(words: set[str], numbers: set[str], cited: list[Source]) -> bool:
     known = content_words(text)
     covered = sum(1 for word in words if word in known or _stem_in(word, known))
     return covered >= MIN_COVERED * len(words)
+
+
+def _names_in(names: set[str], source: Source) -> bool:
+    """Whether every name is a word of the source: a sentence about Ethiopia is never
+    pointed at a passage about Canada, however many other words they share."""
+    return names <= content_words(f"{source.title} {source.text}")
 
 
 def _stem_in(word: str, known: set[str]) -> bool:

@@ -16,7 +16,7 @@ from app.chat.records import Citation
 from llm.backend import Backend
 from llm.citations import MARKER, SENTENCE, attribute, cited_numbers, content_words
 from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt
-from llm.support import MIN_WORDS, Unsupported, declines, unsupported_sentences
+from llm.support import MIN_WORDS, Unsupported, declines, recite, unsupported_sentences
 from retrieval.types import Hit
 
 NOTHING_FOUND = (
@@ -92,9 +92,11 @@ class Grounding:
         return [self._numbered(source) for source in self.prompt.turn.sources]
 
     def cite(self, text: str) -> tuple[str, tuple[Citation, ...]]:
-        """The answer with its bare sentences attributed, and the sources it cites, in the
-        order it first cites them."""
+        """The answer with its bare sentences attributed and its miscited ones re-pointed
+        to the source that supports them, and the sources it cites, in the order it first
+        cites them."""
         answer = attribute(text.strip(), self.prompt.relevant)
+        answer = recite(answer, self.prompt.citable, [s.number for s in self.prompt.relevant])
         numbers = cited_numbers(answer, self.prompt.citable)
         return answer, tuple(self._numbered(self.prompt.citable[n], n) for n in numbers)
 
