@@ -1,6 +1,5 @@
 """Miscited sentences: a fact stated from one source with another's number is pointed at the
-source that supports it (the small default model does this in about one factual answer in
-twenty), never at a passage about something else."""
+source that supports it, never at a passage about something else."""
 
 from __future__ import annotations
 
