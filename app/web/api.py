@@ -121,10 +121,9 @@ class ChatApi(Controller):
     async def chat(self, data: ChatIn, chat: ChatService, services: Services) -> ServerSentEvent:
         """Server-sent events: ``sources`` lists the passages the model is given, before
         it starts (none when nothing relevant was found), ``token`` events carry text,
-        ``done`` the stored answer
-        with its citations, its ``unsupported`` sentences (those no cited passage supports,
-        as offsets into the answer) and ``grounded`` (whether it cites any source),
-        ``error`` a problem found after streaming began."""
+        ``done`` the stored answer with its citations, its ``unsupported`` sentences
+        (those no cited passage supports, as offsets into the answer) and ``grounded``
+        (whether it cites any source), ``error`` a problem found after streaming began."""
         await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
         await asyncio.to_thread(require_quiet, services, chat, data.conversation_id)
         _, question = await asyncio.to_thread(
