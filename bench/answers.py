@@ -2,7 +2,7 @@
 chat model is chosen by.
 
     python -m bench.answers [--sets factbook handbook] [--models gemma-3-270m ...]
-                            [--limit N] [--set KEY=VALUE ...]
+                            [--limit N] [--set KEY=VALUE ...] [--transcript DIR]
 
 For each golden set (``bench/data/<set>/``: ``corpus/``, ``golden.jsonl`` and
 ``offtopic.jsonl``) the corpus is ingested once into a scratch data directory with the
@@ -19,8 +19,10 @@ import argparse
 import asyncio
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -50,7 +52,11 @@ def questions_of(name: str, limit: int | None) -> list[GoldenQuestion]:
 
 
 def evaluate(
-    data_dir: Path, model: str, questions: list[GoldenQuestion], overrides: dict[str, Any]
+    data_dir: Path,
+    model: str,
+    questions: list[GoldenQuestion],
+    overrides: dict[str, Any],
+    transcript: TextIO | None = None,
 ) -> AnswerReport:
     settings = Settings(
         data_dir=data_dir, generator_model=bundled_model(MODELS_DIR, model), **overrides
@@ -63,7 +69,7 @@ def evaluate(
         chat = ChatService(
             scratch.conversations, retriever, registry, ChatConfig.from_settings(settings)
         )
-        return asyncio.run(ask_all(chat, questions, progress=True))
+        return asyncio.run(ask_all(chat, questions, progress=True, transcript=transcript))
     finally:
         registry.close()
         scratch.close()
@@ -86,6 +92,16 @@ def row(name: str, model: str, result: AnswerReport) -> str:
     )
 
 
+@contextmanager
+def _transcript(folder: Path | None, name: str) -> Iterator[TextIO | None]:
+    if folder is None:
+        yield None
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{name}.jsonl").open("w", encoding="utf-8") as out:
+        yield out
+
+
 def _override(text: str) -> tuple[str, Any]:
     key, _, value = text.partition("=")
     parsed: Any = value
@@ -104,6 +120,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=[SMALL_MODEL, DEFAULT_MODEL])
     parser.add_argument("--limit", type=int, help="first N factual questions per set")
     parser.add_argument("--set", action="append", default=[], help="a setting, KEY=VALUE")
+    parser.add_argument(
+        "--transcript",
+        type=Path,
+        help="a folder for <set>-<model>.jsonl: each answer as generated, for bench.replay",
+    )
     args = parser.parse_args()
     unknown = [m for m in args.models if m not in BUNDLED]
     if unknown:
@@ -122,7 +143,9 @@ def main() -> None:
             questions = questions_of(name, args.limit)
             for model in args.models:
                 print(f"{name} / {model}: {len(questions)} questions")
-                rows.append(row(name, model, evaluate(data_dir, model, questions, overrides)))
+                with _transcript(args.transcript, f"{name}-{model}") as transcript:
+                    result = evaluate(data_dir, model, questions, overrides, transcript)
+                rows.append(row(name, model, result))
                 print(rows[-1], flush=True)
     print(
         "\n| set | model | questions (factual+off-topic) | correct | cited precision "

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from app.chat.records import Citation
+from app.chat.records import Citation, ShownSource, TurnContext
 from llm.backend import Backend
 from llm.citations import MARKER, SENTENCE, attribute, cited_numbers, content_words
 from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt
@@ -82,6 +82,15 @@ class Grounding:
         shown = {**(earlier or {}), **{hit.chunk_id: citation_of(hit) for hit in hits}}
         return cls(prompt, shown)
 
+    @classmethod
+    def of_turn(cls, question: str, context: TurnContext) -> Grounding:
+        """The grounding of a stored first turn (what its model was shown), to check its
+        generated text again: ``bench.replay`` runs today's checks on past generations."""
+        shown = {s.citation.chunk_id: s.citation for s in context.sources}
+        sources = tuple(_source_of(s) for s in context.sources)
+        citable = {s.number: s for s in sources}
+        return cls(Prompt("", (), Turn(question, "", sources), sources, citable), shown)
+
     def reading(self) -> list[Citation]:
         """Every source the model is given for this turn (new and listed earlier), best
         first, with the numbers the prompt gives them."""
@@ -135,6 +144,11 @@ class Grounding:
     def _numbered(self, source: Source, number: int | None = None) -> Citation:
         number = source.number if number is None else number
         return replace(self.shown[source.key], number=number)
+
+
+def _source_of(shown: ShownSource) -> Source:
+    c = shown.citation
+    return Source(c.number, c.title, c.page, shown.text, key=c.chunk_id)
 
 
 def _nothing_else(answer: str, unsupported: tuple[Unsupported, ...]) -> bool:

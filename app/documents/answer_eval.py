@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TextIO
 
 from app.chat.conversations import Conversations
 from app.chat.quality import AnswerReport, AnswerScore, report, score_answer
@@ -31,10 +32,13 @@ async def ask_all(
     questions: Sequence[GoldenQuestion],
     *,
     progress: bool = False,
+    transcript: TextIO | None = None,
 ) -> AnswerReport:
     """Ask each question in a conversation of its own and score the stored answer. Time to
     first token counts from the question to the first streamed token (retrieval, prompt
-    and prefill included): what a person waits for."""
+    and prefill included): what a person waits for. ``transcript`` gets a JSON line per
+    question with what the model generated and the sources it was shown, so the checks
+    after generation can be replayed on the same generations (``bench.replay``)."""
     scores: list[AnswerScore] = []
     for number, item in enumerate(questions, start=1):
         _, asked = chat.ask(item.question, None)
@@ -50,12 +54,31 @@ async def ask_all(
         assert done is not None, "an answer always ends with its stored message"
         score = _score(item, done, first, total)
         scores.append(score)
+        if transcript is not None:
+            transcript.write(transcript_line(item, done, first, total) + "\n")
         if progress:
             mark = "offtopic" if item.offtopic else ("ok" if score.correct else "miss")
             print(f"  [{number}/{len(questions)}] {mark:8} {total:5.1f}s  {item.question}")
             if mark != "ok":
                 print("      " + " ".join(score.answer.split())[:300])
     return report(scores)
+
+
+def transcript_line(item: GoldenQuestion, done: DoneEvent, ttft: float | None, total: float) -> str:
+    """One answer as ``bench.replay`` reads it back: the stored answer, and (when a model
+    ran) the text it generated with the sources it was shown."""
+    context = done.message.context
+    return json.dumps(
+        {
+            "question": item.question,
+            "answer": done.message.content,
+            "context": json.loads(context.to_json()) if context else None,
+            "looped": done.looped,
+            "ttft_s": ttft,
+            "total_s": total,
+            "usage": asdict(done.usage) if done.usage else None,
+        }
+    )
 
 
 def _score(item: GoldenQuestion, done: DoneEvent, ttft: float | None, total: float) -> AnswerScore:
