@@ -7,9 +7,9 @@ given such a sentence its marker, so a bare sentence left over is one no source 
 Sentences that say the documents do not cover something are never flagged: declining is
 what a grounded answer should do when the sources fall short.
 
-Small models often state a fact from one source and put another's number after it (the
-second of four passages, cited as [3]). :func:`recite` points such a sentence at the
-source that does support it, when exactly that can be found, before the check.
+Small models often state a fact from one source and put another's number after it (a fact
+of passage [2] marked [3]). :func:`recite` points such a sentence at a source that does
+support it, when one can be found, before the check.
 
 This is lexical, like the attribution it checks: a faithful paraphrase in other words can
 be flagged and an invented sentence built from a source's words can pass. It is a marker
@@ -82,7 +82,7 @@ def unsupported_sentences(answer: str, sources: Mapping[int, Source]) -> list[Un
 
 def recite(answer: str, sources: Mapping[int, Source], order: Sequence[int] = ()) -> str:
     """``answer`` with each cited sentence that its sources do not support re-pointed to
-    the one source that does: the first in ``order`` (then the other numbers) containing
+    a source that does: the first in ``order`` (then the other numbers) containing
     its content words, every number and every name it states. A sentence no single source
     supports keeps its markers (and is flagged by :func:`unsupported_sentences`)."""
     candidates = [*order, *(n for n in sources if n not in order)]

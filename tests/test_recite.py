@@ -3,11 +3,18 @@ source that supports it, never at a passage about something else."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from litestar.testing import TestClient
+
 from app.chat.answering import WITHHELD, Grounding
 from llm.backend import FakeBackend
 from llm.prompt import Source
 from llm.support import recite, unsupported_sentences
 from retrieval.types import Hit
+from tests.conftest import fake_model, upload, wait_indexed
+from tests.test_openai import chunks
+from tests.test_openai_grounded import api, ask  # noqa: F401 - the grounded /v1 fixture
 
 SOURCES = {
     1: Source(1, "Indonesia", 1, "The national symbols of Indonesia are the Garuda and jasmine."),
@@ -73,3 +80,26 @@ def test_a_right_answer_with_the_wrong_number_is_shown_not_withheld() -> None:
     assert answer != WITHHELD
     assert answer == "The golden eagle and white lotus symbolise Egypt. [2]"
     assert [c.title for c in cited] == ["Egypt"] and unsupported == ()
+
+
+FINANCE = b"# Finance\n\nReceipts for the meal allowance go to finance within a month.\n"
+
+
+def test_grounded_v1_repoints_its_answer_but_a_stream_keeps_the_streamed_numbers(
+    api: TestClient[Any],  # noqa: F811
+) -> None:
+    """A stream's client has the markers as they were streamed: its citations keep those
+    numbers (the miscited sentence is flagged instead), so every [n] it shows is listed."""
+    wait_indexed(api, upload(api, ("finance.md", FINANCE)).json()["documents"][0]["id"])
+    miscited = [" The meal allowance abroad is 40 euros per day [2]."]
+    fake_model(api).enqueue(miscited)
+    message = ask(api, "What is the meal allowance abroad?").json()["choices"][0]["message"]
+    assert message["content"] == "The meal allowance abroad is 40 euros per day [1]."
+    assert [(c["number"], c["title"]) for c in message["citations"]] == [(1, "Travel")]
+    assert message["unsupported"] == []
+
+    fake_model(api).enqueue(miscited)
+    received = chunks(ask(api, "What is the meal allowance abroad?", stream=True))
+    last = received[-1]
+    assert [(c["number"], c["title"]) for c in last["citations"]] == [(2, "Finance")]
+    assert [u["reason"] for u in last["unsupported"]] == ["not in the cited source"]

@@ -100,12 +100,14 @@ class Grounding:
         """This turn's sources, numbered as the prompt numbers them."""
         return [self._numbered(source) for source in self.prompt.turn.sources]
 
-    def cite(self, text: str) -> tuple[str, tuple[Citation, ...]]:
-        """The answer with its bare sentences attributed and its miscited ones re-pointed
-        to the source that supports them, and the sources it cites, in the order it first
-        cites them."""
+    def cite(self, text: str, *, repoint: bool = True) -> tuple[str, tuple[Citation, ...]]:
+        """The answer with its bare sentences attributed and (``repoint``) its miscited
+        ones pointed at the source that supports them, and the sources it cites, in the
+        order it first cites them."""
         answer = attribute(text.strip(), self.prompt.relevant)
-        answer = recite(answer, self.prompt.citable, [s.number for s in self.prompt.relevant])
+        if repoint:
+            order = [s.number for s in self.prompt.relevant]
+            answer = recite(answer, self.prompt.citable, order)
         numbers = cited_numbers(answer, self.prompt.citable)
         return answer, tuple(self._numbered(self.prompt.citable[n], n) for n in numbers)
 

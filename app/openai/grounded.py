@@ -135,11 +135,12 @@ class _Grounded:
         prompt = self.grounding.prompt
         return ChatPrompt(prompt.text, prompt.stop, strip_leading_space=True)
 
-    def cite(self, text: str) -> _Cited:
-        """The answer with bare sentences attributed, the sources it cites, and the
-        sentences no cited passage supports."""
+    def cite(self, text: str, *, repoint: bool = True) -> _Cited:
+        """The answer with bare sentences attributed (and miscited ones re-pointed, unless
+        not ``repoint``), the sources it cites, and the sentences no cited passage
+        supports."""
         assert self.grounding is not None
-        answer, citations = self.grounding.cite(text)
+        answer, citations = self.grounding.cite(text, repoint=repoint)
         unsupported = self.grounding.unsupported(answer)
         return _Cited(
             answer,
@@ -273,7 +274,10 @@ async def _chunks(
             return
         else:
             streamed = "".join(parts)
-            cited = grounding.cite(streamed)
+            # The client has the markers as streamed: citations keep those numbers (a
+            # miscited sentence is flagged rather than re-pointed), so each [n] it shows
+            # is listed, and every answer position maps back to a streamed one.
+            cited = grounding.cite(streamed, repoint=False)
             last = [ChunkChoice(0, Delta(), FINISH_REASONS[event.reason])]
             yield _sse(
                 GroundedChunk(
