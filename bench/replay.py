@@ -8,7 +8,9 @@ in seconds, with no noise from the model or the machine.
     python -m bench.replay /tmp/answers/factbook-qwen2.5-coder-1.5b.jsonl ...
 
 Each transcript is named ``<set>-<model>.jsonl``; the set's golden questions give the
-references. Times and token counts are the recorded ones.
+references. Times and token counts are the recorded ones; answers are withheld as the
+default settings withhold them (a run made with ``--set withhold_unsupported=false``
+replays as if withholding were on).
 """
 
 from __future__ import annotations
