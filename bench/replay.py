@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from app.chat.answering import Grounding
-from app.chat.quality import AnswerReport, AnswerScore, report, score_answer
-from app.chat.records import TurnContext
+from app.chat.quality import AnswerReport, AnswerScore, report
+from app.chat.records import Citation, TurnContext
+from app.documents.answer_eval import score_shown
 from bench.answers import DATA, questions_of, row
 from llm.params import Usage
 from retrieval.evaluation import GoldenQuestion
@@ -34,24 +35,24 @@ def replay(lines: list[dict[str, Any]], golden: dict[str, GoldenQuestion]) -> An
 
 def rescore(line: dict[str, Any], item: GoldenQuestion) -> AnswerScore:
     """One recorded answer scored as today's checks would have shown it."""
-    answer, cited_texts, unsupported = line["answer"], [], 0
+    answer, unsupported = line["answer"], 0
+    citations: tuple[Citation, ...] = ()
+    context: TurnContext | None = None
     if line["context"] is not None:  # a model ran (else: nothing found, as stored)
         context = TurnContext.from_json(json.dumps(line["context"]))
         grounding = Grounding.of_turn(item.question, context)
         answer, citations, flagged = grounding.checked(context.answer)
-        shown = {s.citation.chunk_id: s.text for s in context.sources}
-        cited_texts = [shown[c.chunk_id] for c in citations]
         unsupported = len(flagged)
-    usage = Usage(**line["usage"]) if line["usage"] else None
-    return score_answer(
+    return score_shown(
         item,
         answer,
-        cited_texts,
-        unsupported_sentences=unsupported,
+        citations,
+        context,
+        unsupported=unsupported,
         looped=line["looped"],
         ttft_s=line["ttft_s"],
         total_s=line["total_s"],
-        usage=usage,
+        usage=Usage(**line["usage"]) if line["usage"] else None,
     )
 
 

@@ -61,18 +61,16 @@ def unsupported_sentences(answer: str, sources: Mapping[int, Source]) -> list[Un
             continue
         if any(start <= match.start() < end for start, end in code):
             continue  # code is shown, not claimed
-        body = MARKER.sub(" ", sentence)
-        if _LIST_MARK.fullmatch(body):
+        claim = _Claim.of(sentence)
+        if _LIST_MARK.fullmatch(claim.body):
             continue  # "1." of a numbered list: the item after it is judged on its own
-        words = content_words(body)
-        numbers = set(_NUMBER.findall(body))
-        if len(words) < MIN_WORDS and not numbers:
+        if len(claim.words) < MIN_WORDS and not claim.numbers:
             continue
-        cited = [sources[n] for n in _cited(sentence) if n in sources]
+        cited = claim.sources(sources)
         reason: Reason | None = None
         if not cited:
             reason = "no source"
-        elif not _covered(words, numbers, cited):
+        elif not claim.covered_by(cited):
             reason = "not in the cited source"
         if reason is not None:
             start = match.start() + (len(match.group(0)) - len(match.group(0).lstrip()))
@@ -91,15 +89,14 @@ def recite(answer: str, sources: Mapping[int, Source], order: Sequence[int] = ()
         sentence = match.group(0)
         pieces.append(answer[cursor : match.start()])
         cursor = match.end()
-        cited = [sources[n] for n in _cited(sentence) if n in sources]
-        body = MARKER.sub(" ", sentence)
-        words, numbers = content_words(body), set(_NUMBER.findall(body))
-        if cited and not declines(sentence) and not _covered(words, numbers, cited):
-            names = {w.lower() for w in _NAME.findall(body)} & words
+        claim = _Claim.of(sentence)
+        cited = claim.sources(sources)
+        if cited and not declines(sentence) and not claim.covered_by(cited):
+            names = {w.lower() for w in _NAME.findall(claim.body)} & claim.words
             supporting = (
                 n
                 for n in candidates
-                if _covered(words, numbers, [sources[n]]) and _names_in(names, sources[n])
+                if claim.covered_by([sources[n]]) and _names_in(names, sources[n])
             )
             if (number := next(supporting, None)) is not None:
                 sentence = _MARKERS.sub(f"[{number}]", sentence)
@@ -113,19 +110,34 @@ def declines(text: str) -> bool:
     return _DECLINES.search(text) is not None
 
 
-def _cited(sentence: str) -> list[int]:
-    return [int(m.group(1)) for m in MARKER.finditer(sentence)]
+@dataclass(frozen=True)
+class _Claim:
+    """What one sentence of an answer states, as both checks read it."""
 
+    cited: tuple[int, ...]  # the source numbers its markers name
+    body: str  # the sentence without its markers
+    words: set[str]  # content words
+    numbers: set[str]
 
-def _covered(words: set[str], numbers: set[str], cited: list[Source]) -> bool:
-    text = " ".join(f"{s.title} {s.text}" for s in cited)
-    if not numbers <= set(_NUMBER.findall(text)):  # whole numbers: "15" is not in "150"
-        return False
-    if not words:
-        return True
-    known = content_words(text)
-    covered = sum(1 for word in words if word in known or _stem_in(word, known))
-    return covered >= MIN_COVERED * len(words)
+    @classmethod
+    def of(cls, sentence: str) -> _Claim:
+        body = MARKER.sub(" ", sentence)
+        cited = tuple(int(m.group(1)) for m in MARKER.finditer(sentence))
+        return cls(cited, body, content_words(body), set(_NUMBER.findall(body)))
+
+    def sources(self, sources: Mapping[int, Source]) -> list[Source]:
+        return [sources[n] for n in self.cited if n in sources]
+
+    def covered_by(self, cited: Sequence[Source]) -> bool:
+        """Whether ``cited`` hold every number and most content words the claim states."""
+        text = " ".join(f"{s.title} {s.text}" for s in cited)
+        if not self.numbers <= set(_NUMBER.findall(text)):  # whole: "15" is not in "150"
+            return False
+        if not self.words:
+            return True
+        known = content_words(text)
+        covered = sum(1 for word in self.words if word in known or _stem_in(word, known))
+        return covered >= MIN_COVERED * len(self.words)
 
 
 def _names_in(names: set[str], source: Source) -> bool:

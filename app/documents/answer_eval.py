@@ -20,9 +20,10 @@ from typing import TextIO
 
 from app.chat.conversations import Conversations
 from app.chat.quality import AnswerReport, AnswerScore, report, score_answer
-from app.chat.records import Message
+from app.chat.records import Citation, Message, TurnContext
 from app.chat.service import ChatService, DoneEvent, TokenEvent
 from app.migrations import open_database
+from llm.params import Usage
 from retrieval.db import Database
 from retrieval.evaluation import GoldenQuestion
 
@@ -83,19 +84,44 @@ def transcript_line(item: GoldenQuestion, done: DoneEvent, ttft: float | None, t
 
 def _score(item: GoldenQuestion, done: DoneEvent, ttft: float | None, total: float) -> AnswerScore:
     message: Message = done.message
-    shown = {
-        s.citation.chunk_id: s.text for s in (message.context.sources if message.context else ())
-    }
-    cited_texts = [shown.get(c.chunk_id, c.snippet) for c in message.citations]
-    return score_answer(
+    return score_shown(
         item,
         message.content,
-        cited_texts,
-        unsupported_sentences=len(message.unsupported),
+        message.citations,
+        message.context,
+        unsupported=len(message.unsupported),
         looped=done.looped,
         ttft_s=ttft,
         total_s=total,
         usage=done.usage,
+    )
+
+
+def score_shown(
+    item: GoldenQuestion,
+    answer: str,
+    citations: Sequence[Citation],
+    context: TurnContext | None,
+    *,
+    unsupported: int,
+    looped: bool,
+    ttft_s: float | None,
+    total_s: float,
+    usage: Usage | None,
+) -> AnswerScore:
+    """Score an answer as shown, its citations resolved to the passages the model was
+    shown (``context``): a live answer here, a replayed one in ``bench.replay``."""
+    shown = {s.citation.chunk_id: s.text for s in (context.sources if context else ())}
+    cited_texts = [shown.get(c.chunk_id, c.snippet) for c in citations]
+    return score_answer(
+        item,
+        answer,
+        cited_texts,
+        unsupported_sentences=unsupported,
+        looped=looped,
+        ttft_s=ttft_s,
+        total_s=total_s,
+        usage=usage,
     )
 
 
