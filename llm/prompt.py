@@ -10,7 +10,7 @@ number rather than repeated.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -145,6 +145,10 @@ class ChatTemplateFormat:
             messages.append({"role": "user", "content": self._ask(done)})
             messages.append({"role": "assistant", "content": self.inert(done.answer.strip())})
         messages.append({"role": "user", "content": self._ask(turn)})
+        return self.render_messages(messages)
+
+    def render_messages(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """Messages (already neutralised) laid out by the template, ready for generation."""
         text = render_chat_template(self.template, messages)
         # The engine's tokenizer adds BOS itself: a second one from the template would
         # change what the model sees.

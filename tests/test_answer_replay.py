@@ -13,9 +13,11 @@ import pytest
 from app.chat.answering import WITHHELD
 from app.documents.answer_eval import ask_all
 from bench.replay import replay
+from llm.answer_check import GRAMMAR
 from llm.backend import FakeBackend
 from retrieval.evaluation import GoldenQuestion
 from tests.retrieval_kit import make_kit
+from tests.test_answer_check import chatml
 from tests.test_chat import service
 
 QUESTIONS = [
@@ -58,3 +60,26 @@ def test_a_replay_sees_a_change_to_the_checks(
     assert replay(lines, golden).abstention == 1.0
     monkeypatch.setattr("app.chat.answering.unsupported_sentences", lambda *_: [])
     assert replay(lines, golden).abstention == 0.0  # nothing flagged: the invention is shown
+
+
+def test_a_replay_with_the_second_look_asks_the_checker_about_each_cited_answer(
+    tmp_path: Path,
+) -> None:
+    generator = FakeBackend()  # no chat template: chat asks nothing after the answer
+    generator.enqueue(["Staff receive 28 days of paid leave every year [1]."])
+    generator.enqueue(["Unpaid leave is 28 days [1]."])  # a near miss the words support
+    chat = service(make_kit(tmp_path), generator)
+    transcript = io.StringIO()
+    asked = [QUESTIONS[0], QUESTIONS[2]]
+    asyncio.run(ask_all(chat, asked, transcript=transcript))
+    lines = [json.loads(text) for text in transcript.getvalue().splitlines()]
+    golden = {q.question: q for q in asked}
+    assert replay(lines, golden).abstention == 0.0
+
+    checker = FakeBackend(prompt_format=chatml())
+    checker.enqueue(["yes"])
+    checker.enqueue(["no"])
+    second = replay(lines, golden, checker)
+    assert (second.correctness, second.abstention) == (1.0, 1.0)
+    assert [r.grammar for r in checker.history] == [GRAMMAR, GRAMMAR]
+    assert "unpaid leave" in checker.history[1].prompt

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,8 @@ def test_drop_upload_ask_stream_and_open_citation(page: Any) -> None:
     assert page.evaluate("window.sseMessages") >= 3, "tokens arrived as separate SSE messages"
     assert "12 euros" in answer.inner_text()
     reading, written = page.evaluate("window.reading")
-    assert reading.startswith("Reading 2 passages:") and "[1] Parking guide, page 1" in reading
+    # how many passages depends on what other tests of this server uploaded first
+    assert re.match(r"Reading \d passages: \[1\] Parking guide, page 1", reading), reading
     assert written == ""  # shown while the model had not written anything yet
     assert page.locator("#sources-pane .source").count() >= 1
     assert page.url.rstrip("/").split("/")[-2] == "c"  # the conversation got its own URL

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from app.chat.records import Citation, ShownSource, TurnContext
+from llm.answer_check import passages_state_answer
 from llm.backend import Backend
 from llm.citations import MARKER, SENTENCE, attribute, cited_numbers, content_words
 from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt
@@ -31,8 +32,15 @@ POINTED = "The model answered only with a citation. The passage it cites says: â
 # An answer no source supports anywhere is withheld: it is almost always invented (a
 # question the documents do not cover, answered from the model's own memory).
 WITHHELD = f"{DECLINE} (The model wrote an answer that no passage supports, so it is not shown.)"
+# An answer whose cited passages, asked on their own, do not state the answer to the
+# question (a neighbouring fact: a training budget given as the bonus asked about).
+NOT_STATED = (
+    f"{DECLINE} (The passages the model cited do not state the answer, so its answer is not shown.)"
+)
 MAX_QUESTION_CHARS = 4000
 SNIPPET_CHARS = 300
+Checked = tuple[str, tuple[Citation, ...], tuple[Unsupported, ...]]  # an answer as shown,
+# what it cites, and its sentences no cited passage supports
 
 
 def citation_of(hit: Hit, number: int = 0) -> Citation:
@@ -115,9 +123,7 @@ class Grounding:
         """The sentences of a cited answer (from :meth:`cite`) that no source supports."""
         return tuple(unsupported_sentences(answer, self.prompt.citable))
 
-    def checked(
-        self, text: str, *, withhold: bool = True
-    ) -> tuple[str, tuple[Citation, ...], tuple[Unsupported, ...]]:
+    def checked(self, text: str, *, withhold: bool = True) -> Checked:
         """The generated text as the reader gets it: cited (:meth:`cite`), its unsupported
         sentences found; :data:`NO_ANSWER` when it says nothing (no words, only markers),
         and, when ``withhold`` and no sentence of it is supported, :data:`WITHHELD`."""
@@ -129,6 +135,23 @@ class Grounding:
         if withhold and unsupported and _nothing_else(answer, unsupported):
             return WITHHELD, (), ()
         return answer, citations, unsupported
+
+    def second_look(
+        self, backend: Backend, checked: Checked, *, deadline: float | None = None
+    ) -> Checked:
+        """A :meth:`checked` answer after asking the model whether the passages it cites
+        state the answer to the question (:mod:`llm.answer_check`): :data:`NOT_STATED` when
+        they do not, else unchanged. Declines and uncited answers are not asked about.
+        Blocks while the model reads the passages: call it from a thread in async code."""
+        answer, citations, _ = checked
+        if not citations or declines(answer):
+            return checked
+        citable = self.prompt.citable
+        passages = [citable[c.number] for c in citations if c.number in citable]
+        question = self.prompt.turn.question
+        if passages_state_answer(backend, question, passages, deadline=deadline) is False:
+            return NOT_STATED, (), ()
+        return checked
 
     def _pointed_at(self, citations: Sequence[Citation]) -> str | None:
         """For an answer of markers only: the sentence of the first passage it cites that

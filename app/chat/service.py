@@ -49,6 +49,7 @@ class ChatConfig:
     timeout_s: float = 300.0
     passage_chars: int = 0  # longer passages are focused on the question (0: shown whole)
     withhold_unsupported: bool = True  # an answer no source supports anywhere is not shown
+    check_answers: bool = True  # ask the model whether the cited passages state the answer
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str | None = None) -> ChatConfig:
@@ -62,6 +63,7 @@ class ChatConfig:
             timeout_s=settings.generation.request_timeout_s,
             passage_chars=settings.search.passage_chars,
             withhold_unsupported=settings.generation.withhold_unsupported,
+            check_answers=settings.generation.check_answers,
         )
 
 
@@ -264,9 +266,12 @@ class ChatService:
             if not completed:  # the client left (leaving the loop cancelled the request)
                 progress.partial = guard.text.strip()
                 progress.context = _context(grounding, guard.text)
-        answer, citations, unsupported = grounding.checked(
-            guard.text, withhold=self.config.withhold_unsupported
-        )
+        checked = grounding.checked(guard.text, withhold=self.config.withhold_unsupported)
+        if self.config.check_answers:
+            checked = await asyncio.to_thread(
+                grounding.second_look, backend, checked, deadline=request.deadline
+            )
+        answer, citations, unsupported = checked
         progress.context = _context(grounding, guard.text)
         stored = await self._save(question, answer, progress, (citations, unsupported))
         yield DoneEvent(stored, looped=guard.repeated, usage=usage)

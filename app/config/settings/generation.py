@@ -188,6 +188,12 @@ class GenerationSettings(Section):
         description="Replace an answer that no cited passage supports anywhere with "
         "'The documents do not cover this' (it is almost always invented).",
     )
+    check_answers: bool = Field(
+        True,
+        description="After a cited answer, ask the chat model (one token) whether the "
+        "passages it cites state the answer to the question; when it says no, the answer "
+        "is withheld as not covered. Models with a chat template only.",
+    )
 
     @property
     def kv_disk_bytes(self) -> int:
