@@ -66,6 +66,11 @@ def passages_state_answer(
     return not says_no("".join(reply))
 
 
+def asks(prompt_format: PromptFormat) -> bool:
+    """Whether a model with this prompt format is asked (it has a chat template)."""
+    return isinstance(prompt_format, ChatTemplateFormat)
+
+
 def check_request(
     prompt_format: PromptFormat,
     question: str,
@@ -75,7 +80,7 @@ def check_request(
 ) -> CompletionRequest | None:
     """The request asking whether ``passages`` state the answer to ``question``; None when
     the model has no chat template or there is no passage to ask about."""
-    if not isinstance(prompt_format, ChatTemplateFormat) or not passages:
+    if not isinstance(prompt_format, ChatTemplateFormat) or not passages:  # see ``asks``
         return None
     inert = prompt_format.inert
     listed = "\n\n".join(

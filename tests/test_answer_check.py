@@ -6,6 +6,7 @@ the check tells a near miss from a right answer."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -101,10 +102,14 @@ def checked(client: TestClient[Any]) -> TestClient[Any]:
     return client
 
 
-def done_of(client: TestClient[Any], question: str) -> dict[str, Any]:
+def events_of(client: TestClient[Any], question: str) -> list[tuple[str, str]]:
     response = client.post("/api/chat", json={"message": question})
     assert response.status_code == 200, response.text
-    name, data = sse_events(response.text)[-1]
+    return sse_events(response.text)
+
+
+def done_of(client: TestClient[Any], question: str) -> dict[str, Any]:
+    name, data = events_of(client, question)[-1]
     assert name == "done", data
     done: dict[str, Any] = json.loads(data)
     return done
@@ -135,11 +140,33 @@ def test_chat_shows_an_answer_its_passages_state(checked: TestClient[Any]) -> No
     assert model.history[-1].grammar == GRAMMAR
 
 
+def test_the_streams_say_which_passages_are_being_checked(checked: TestClient[Any]) -> None:
+    model = fake_model(checked)
+    model.enqueue(["Dinner is served", " at noon daily [1]."])
+    model.enqueue(["no"])
+    events = events_of(checked, "When does the canteen serve dinner?")
+    names = [name for name, _ in events]
+    assert names[0] == "sources" and names[-2:] == ["checking", "done"]
+    [cited] = json.loads(events[-2][1])["sources"]
+    assert cited["number"] == 1 and cited["title"] == "Canteen"
+
+    # the web chat shows the line in place of "Reading ...", linked to the passage
+    model.enqueue(["Dinner is served", " at noon daily [1]."])
+    model.enqueue(["yes"])
+    turn = checked.post("/ui/ask", data={"message": "When does the canteen serve dinner?"})
+    stream = re.search(r'sse-connect="(/ui/answers/\d+/stream)"', turn.text)
+    assert stream is not None and 'sse-swap="sources,checking"' in turn.text
+    html = dict(sse_events(checked.get(stream.group(1)).text))["checking"]
+    assert "Checking that" in html and "[1] Canteen, page 1</a> states the answer" in html
+    assert "data-passage" in html
+
+
 def test_declines_and_a_switched_off_check_ask_nothing(checked: TestClient[Any]) -> None:
     model = fake_model(checked)
     model.enqueue(["The documents do not cover this."])
-    done = done_of(checked, "Is there a gym?")
-    assert done["answer"] == "The documents do not cover this."
+    events = events_of(checked, "Is there a gym?")
+    assert json.loads(events[-1][1])["answer"] == "The documents do not cover this."
+    assert "checking" not in [name for name, _ in events]
     assert all(r.grammar is None for r in model.history)
 
     chat = checked.app.state.services.require_chat()

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from app.chat.records import Citation, ShownSource, TurnContext
-from llm.answer_check import passages_state_answer
+from llm.answer_check import asks, passages_state_answer
 from llm.backend import Backend
 from llm.citations import MARKER, SENTENCE, attribute, cited_numbers, content_words
 from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt
@@ -136,18 +136,26 @@ class Grounding:
             return WITHHELD, (), ()
         return answer, citations, unsupported
 
+    def to_check(self, backend: Backend, checked: Checked) -> tuple[Citation, ...]:
+        """What :meth:`second_look` would ask ``backend``'s model about: the citations of a
+        :meth:`checked` answer; none for a decline, an uncited answer or a model without
+        a chat template."""
+        answer, citations, _ = checked
+        if not citations or declines(answer) or not asks(backend.prompt_format):
+            return ()
+        return citations
+
     def second_look(
         self, backend: Backend, checked: Checked, *, deadline: float | None = None
     ) -> Checked:
         """A :meth:`checked` answer after asking the model whether the passages it cites
         state the answer to the question (:mod:`llm.answer_check`): :data:`NOT_STATED` when
-        they do not, else unchanged. Declines and uncited answers are not asked about.
+        they do not, else unchanged (also when nothing is asked: :meth:`to_check`).
         Blocks while the model reads the passages: call it from a thread in async code."""
-        answer, citations, _ = checked
-        if not citations or declines(answer):
-            return checked
         citable = self.prompt.citable
-        passages = [citable[c.number] for c in citations if c.number in citable]
+        passages = [citable[c.number] for c in self.to_check(backend, checked)]
+        if not passages:
+            return checked
         question = self.prompt.turn.question
         if passages_state_answer(backend, question, passages, deadline=deadline) is False:
             return NOT_STATED, (), ()

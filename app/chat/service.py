@@ -76,6 +76,14 @@ class ReadingEvent:
 
 
 @dataclass(frozen=True)
+class CheckingEvent:
+    """The answer is written; the model is asked whether the passages it cites state it
+    (a second or more of prefill here), and the answer may yet be withheld."""
+
+    sources: tuple[Citation, ...]
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     text: str
 
@@ -87,7 +95,7 @@ class DoneEvent:
     usage: Usage | None = None  # the model's token counts; None when no model ran
 
 
-ChatEvent = ReadingEvent | TokenEvent | DoneEvent
+ChatEvent = ReadingEvent | TokenEvent | CheckingEvent | DoneEvent
 
 
 @dataclass
@@ -267,7 +275,8 @@ class ChatService:
                 progress.partial = guard.text.strip()
                 progress.context = _context(grounding, guard.text)
         checked = grounding.checked(guard.text, withhold=self.config.withhold_unsupported)
-        if self.config.check_answers:
+        if self.config.check_answers and (asked := grounding.to_check(backend, checked)):
+            yield CheckingEvent(asked)
             checked = await asyncio.to_thread(
                 grounding.second_look, backend, checked, deadline=request.deadline
             )

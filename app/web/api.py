@@ -23,7 +23,14 @@ from app.auth.access import (
 )
 from app.auth.service import Auth
 from app.chat.records import Message
-from app.chat.service import ChatService, DoneEvent, ReadingEvent, TokenEvent, clean_question
+from app.chat.service import (
+    ChatService,
+    CheckingEvent,
+    DoneEvent,
+    ReadingEvent,
+    TokenEvent,
+    clean_question,
+)
 from app.documents.intake import Accepted, read_files, require_all_supported, submit_all
 from app.errors import AppError, NotFound
 from app.schemas import (
@@ -143,6 +150,9 @@ async def json_events(
                 yield ServerSentEventMessage(data=_json(sources), event="sources")
             elif isinstance(event, TokenEvent):
                 yield ServerSentEventMessage(data=_json({"text": event.text}), event="token")
+            elif isinstance(event, CheckingEvent):
+                checking = ChatSources([CitationOut.of(c) for c in event.sources])
+                yield ServerSentEventMessage(data=_json(checking), event="checking")
             elif isinstance(event, DoneEvent):
                 yield ServerSentEventMessage(data=_json(ChatDone.of(event.message)), event="done")
     except AppError as exc:

@@ -20,7 +20,7 @@ from app.auth.access import answer_audit, current_user_id, require_conversation
 from app.chat.citation_nav import citation_nav
 from app.chat.records import Message
 from app.chat.rendering import highlight_passage
-from app.chat.service import ChatService, DoneEvent, ReadingEvent, TokenEvent
+from app.chat.service import ChatService, CheckingEvent, DoneEvent, ReadingEvent, TokenEvent
 from app.documents.intake import IncomingFile, read_files, submit_all
 from app.errors import AppError, NotFound
 from app.schemas import MAX_ROW_ID, RowId
@@ -260,8 +260,8 @@ class Partials(Controller):
 async def html_events(
     chat: ChatService, question: Message, request: Request[Any, Any, Any]
 ) -> AsyncIterator[ServerSentEventMessage]:
-    """What the model reads, tokens as escaped HTML spans, then the finished message
-    replacing the stream."""
+    """What the model reads, tokens as escaped HTML spans, which passages it is checking
+    the answer against, then the finished message replacing the stream."""
     templates = request.app.template_engine
     assert templates is not None
     try:
@@ -270,6 +270,9 @@ async def html_events(
             if isinstance(event, ReadingEvent):
                 html = templates.get_template("_reading.html").render(sources=event.sources)
                 yield ServerSentEventMessage(data=html, event="sources")
+            elif isinstance(event, CheckingEvent):
+                html = templates.get_template("_checking.html").render(sources=event.sources)
+                yield ServerSentEventMessage(data=html, event="checking")
             elif isinstance(event, TokenEvent):
                 span = templates.get_template("_token.html").render(token=event.text)
                 yield ServerSentEventMessage(data=span, event="token")
