@@ -48,12 +48,12 @@ def passages_state_answer(
     for a clear no; None when it was not asked (no chat template, no passage) or could not
     answer (refused, failed, past ``deadline``), which leaves the answer as it was. Blocks
     until the one token is generated: call it from a thread in async code."""
-    request = check_request(backend.prompt_format, question, passages, deadline=deadline)
-    if request is None:
-        return None
     try:
+        request = check_request(backend.prompt_format, question, passages, deadline=deadline)
+        if request is None:
+            return None
         completion = backend.submit(request)
-    except EngineError as exc:  # e.g. overloaded, or a server without grammars
+    except EngineError as exc:  # overloaded, a template that refused, no grammars here
         log.warning("answer check not run: %s", exc)
         return None
     reply = []

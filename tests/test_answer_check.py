@@ -5,6 +5,7 @@ the check tells a near miss from a right answer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -17,6 +18,8 @@ import pytest
 from litestar.testing import TestClient
 
 from app.chat.answering import NOT_STATED
+from app.chat.records import Message
+from app.chat.service import CheckingEvent
 from llm.answer_check import GRAMMAR, check_request, passages_state_answer, says_no
 from llm.backend import FakeBackend
 from llm.channel import Completion
@@ -26,6 +29,8 @@ from llm.models import bundled_model
 from llm.params import CompletionRequest, Overloaded
 from llm.prompt import ChatTemplateFormat, CompletionFormat, Source
 from tests.conftest import fake_model, sse_events, upload, wait_indexed
+from tests.retrieval_kit import make_kit
+from tests.test_chat import service
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -196,3 +201,32 @@ def test_the_default_model_tells_a_near_miss_from_a_stated_answer(qwen: LocalMod
     assert passages_state_answer(qwen, "When does the office close on weekdays?", [HOURS])
     gym = passages_state_answer(qwen, "What are the opening hours of the on-site gym?", [HOURS])
     assert gym is False
+
+
+def test_a_client_that_leaves_during_the_check_still_gets_the_answer_stored(
+    tmp_path: Path,
+) -> None:
+    generator = FakeBackend(prompt_format=chatml())
+    chat = service(make_kit(tmp_path), generator)
+    generator.enqueue(["Staff get 28 days of leave [1]."])
+    generator.enqueue(["no"])
+
+    async def leave_while_checking() -> Message:
+        _, asked = chat.ask("How many days of leave do staff get?", None)
+        generator.token_delay_s = 0.3  # the check, from here on, takes a while
+        events = chat.answer(asked)
+        async for event in events:
+            if isinstance(event, CheckingEvent):
+                break
+        await events.aclose()  # the client leaves: the stream is closed
+        assert chat.is_answering(asked.id)  # ... and a reconnect would not start again
+        for _ in range(100):
+            if not chat.is_answering(asked.id):
+                break
+            await asyncio.sleep(0.05)
+        stored = chat.conversations.answer_to(asked)
+        assert stored is not None
+        return stored
+
+    stored = asyncio.run(leave_while_checking())
+    assert stored.content == NOT_STATED  # the verdict came in and was kept

@@ -106,6 +106,7 @@ class _Progress:
     partial: str | None = None
     context: TurnContext | None = None
     on_stored: Callable[[Message], None] | None = None  # e.g. the audit of shown sources
+    settling: asyncio.Future[Message] | None = None  # the complete answer being stored
 
 
 def clean_question(raw: str) -> str:
@@ -173,10 +174,13 @@ class ChatService:
             yield DoneEvent(stored)
         finally:
             self.running.forget(question.id)
-            if progress.partial is None:
-                self._answering.discard(question.id)
-            else:  # the client left: keep what was said, marked as cut short
+            settling = progress.settling
+            if progress.partial is not None:  # the client left: keep what was said, cut short
                 self._save_stopped(question, progress.partial, progress)
+            elif settling is not None and not settling.done():  # it left during the check
+                settling.add_done_callback(lambda done: self._settled(question, done))
+            else:
+                self._answering.discard(question.id)
 
     def retrieve(self, question: str, collection_ids: frozenset[int] | None = None) -> list[Hit]:
         """The passages a question is answered from (every door retrieves through here):
@@ -205,6 +209,12 @@ class ChatService:
             return False
         self.running.stop(question_id)
         return True
+
+    def _settled(self, question: Message, done: asyncio.Future[Message]) -> None:
+        """A complete answer is stored after its client left (see ``_generate``)."""
+        self._answering.discard(question.id)
+        if not done.cancelled() and done.exception() is not None:
+            log.error("could not store an answer", exc_info=done.exception())
 
     def _save_stopped(self, question: Message, partial: str, progress: _Progress) -> None:
         """Store a cut-short answer without awaiting (a closing generator must not wait for
@@ -275,14 +285,23 @@ class ChatService:
                 progress.partial = guard.text.strip()
                 progress.context = _context(grounding, guard.text)
         checked = grounding.checked(guard.text, withhold=self.config.withhold_unsupported)
-        if self.config.check_answers and (asked := grounding.to_check(backend, checked)):
-            yield CheckingEvent(asked)
-            checked = await asyncio.to_thread(
-                grounding.second_look, backend, checked, deadline=request.deadline
-            )
-        answer, citations, unsupported = checked
         progress.context = _context(grounding, guard.text)
-        stored = await self._save(question, answer, progress, (citations, unsupported))
+        asked = grounding.to_check(backend, checked) if self.config.check_answers else ()
+
+        def settle() -> Message:  # the second look and the store, in one worker thread
+            answer, citations, unsupported = (
+                grounding.second_look(backend, checked, deadline=request.deadline)
+                if asked
+                else checked
+            )
+            return self._store(question, answer, progress, (citations, unsupported))
+
+        # Started before anything else is awaited, and shielded: a client that leaves
+        # while the model checks does not stop the answer from being stored.
+        progress.settling = asyncio.ensure_future(asyncio.to_thread(settle))
+        if asked:
+            yield CheckingEvent(asked)
+        stored = await asyncio.shield(progress.settling)
         yield DoneEvent(stored, looped=guard.repeated, usage=usage)
 
     def model_for(self, conversation_id: int) -> str:
