@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from llm.backend import Backend
 from llm.params import CompletionRequest, EngineError, SamplingParams, TextDelta
-from llm.prompt import ChatTemplateFormat, PromptFormat, Source
+from llm.prompt import ChatTemplateFormat, PromptFormat, Source, one_line, source_line
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def passages_state_answer(
     return not says_no("".join(reply))
 
 
-def asks(prompt_format: PromptFormat) -> bool:
+def asks(prompt_format: PromptFormat) -> TypeGuard[ChatTemplateFormat]:
     """Whether a model with this prompt format is asked (it has a chat template)."""
     return isinstance(prompt_format, ChatTemplateFormat)
 
@@ -80,14 +81,11 @@ def check_request(
 ) -> CompletionRequest | None:
     """The request asking whether ``passages`` state the answer to ``question``; None when
     the model has no chat template or there is no passage to ask about."""
-    if not isinstance(prompt_format, ChatTemplateFormat) or not passages:  # see ``asks``
+    if not asks(prompt_format) or not passages:
         return None
     inert = prompt_format.inert
-    listed = "\n\n".join(
-        f"[{s.number}] {_one_line(inert(s.title))} (page {s.page}): {_one_line(inert(s.text))}"
-        for s in passages
-    )
-    user = f"Passages:\n{listed}\n\nQuestion: {_one_line(inert(question))}\n\n{ASK}"
+    listed = "\n\n".join(source_line(s, inert) for s in passages)
+    user = f"Passages:\n{listed}\n\nQuestion: {one_line(question, inert)}\n\n{ASK}"
     text = prompt_format.render_messages(
         [{"role": "system", "content": CHECKER}, {"role": "user", "content": user}]
     )
@@ -99,7 +97,3 @@ def says_no(reply: str) -> bool:
     """The verdict: only a clear "no" counts against the answer (an empty or unreadable
     reply leaves it to the support check)."""
     return reply.strip().lower().startswith("no")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -83,16 +83,20 @@ class PromptFormat(Protocol):
 def format_sources(turn: Turn, inert: Neutralizer) -> str:
     """Numbered sources, one per line (untrusted text flattened and neutralised), then the
     numbers of earlier sources that apply again."""
-    lines = [
-        f"[{s.number}] {_one_line(s.title, inert)} (page {s.page}): {_one_line(s.text, inert)}"
-        for s in turn.sources
-    ]
+    lines = [source_line(s, inert) for s in turn.sources]
     if turn.refers:
         lines.append("Also relevant, listed above: " + ", ".join(f"[{n}]" for n in turn.refers))
     return "\n".join(lines) or NO_SOURCES
 
 
-def _one_line(text: str, inert: Neutralizer) -> str:
+def source_line(source: Source, inert: Neutralizer) -> str:
+    """``[n] Title (page p): text``, its untrusted text flattened and neutralised."""
+    title, text = one_line(source.title, inert), one_line(source.text, inert)
+    return f"[{source.number}] {title} (page {source.page}): {text}"
+
+
+def one_line(text: str, inert: Neutralizer) -> str:
+    """Untrusted text neutralised and flattened onto one line."""
     return " ".join(inert(text).split())
 
 
@@ -115,7 +119,7 @@ class CompletionFormat:
 
     def _ask(self, turn: Turn) -> str:
         listed = format_sources(turn, self.inert)
-        return f"Sources:\n{listed}\nQuestion: {_one_line(turn.question, self.inert)}\nAnswer:"
+        return f"Sources:\n{listed}\nQuestion: {one_line(turn.question, self.inert)}\nAnswer:"
 
 
 class ChatTemplateFormat:
