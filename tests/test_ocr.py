@@ -4,6 +4,8 @@ from upload to a search hit on the right page. Scanned pages are drawn in the te
 from __future__ import annotations
 
 import io
+import os
+import signal
 import socket
 import time
 from typing import Any
@@ -14,7 +16,7 @@ from PIL import Image
 from pypdf import PdfReader, PdfWriter
 
 from bench.ocr import accuracy
-from retrieval.parsers import ParseError, parse_document
+from retrieval.parsers import ParseError, isolated, parse_document
 from retrieval.parsers import ocr as ocr_module
 from retrieval.parsers import pdf as pdf_module
 from retrieval.parsers.isolated import IsolatedParser
@@ -220,17 +222,29 @@ def test_a_garbage_text_layer_is_replaced_by_what_the_page_shows() -> None:
 
 @pytest.mark.parametrize(("page_timeout_s", "enough"), [(1.0, False), (300.0, True)])
 def test_the_parser_child_gets_the_ocr_time_of_its_scanned_pages(
-    page_timeout_s: float, enough: bool
+    page_timeout_s: float, enough: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One second is too little to load the models and read a page: the child asks for
-    # the page's OCR time before reading, and gets exactly that much more.
-    parser = IsolatedParser(timeout_s=1, ocr=OcrOptions(page_timeout_s=page_timeout_s))
+    # The child asks for the page's OCR time before reading, and gets exactly that much
+    # more. Where it is not enough, the child is stopped right after it asks, so that it
+    # overruns the grown budget however fast this machine reads the page.
+    parser = IsolatedParser(timeout_s=5, ocr=OcrOptions(page_timeout_s=page_timeout_s))
+    if not enough:
+        read_frame = isolated._read_frame
+
+        def stop_after_asking(stream: Any, deadline: float) -> bytes:
+            frame = read_frame(stream, deadline)
+            if b'"ocr_pages"' in frame:
+                for pid in parser.pids():
+                    os.kill(pid, signal.SIGSTOP)
+            return frame
+
+        monkeypatch.setattr(isolated, "_read_frame", stop_after_asking)
     try:
         if enough:
             document = parser.parse(_pdf([POLICY]), DocumentKind.PDF, "scan.pdf")
             assert accuracy(document.pages[0].text, " ".join(POLICY)) >= 0.97
         else:
-            with pytest.raises(ParseError, match="longer than 2 s"):
+            with pytest.raises(ParseError, match="longer than 6 s"):
                 parser.parse(_pdf([POLICY]), DocumentKind.PDF, "scan.pdf")
     finally:
         parser.close()
