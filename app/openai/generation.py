@@ -92,6 +92,7 @@ def _submit(
     deadline: float,
 ) -> tuple[str, Completion, bool]:
     """Off the event loop, in one hop: model loading, templating, grammar, tokenisation."""
+    grammar = _grammar(response_format)  # refused before any model is loaded
     backend = models.get(data.model)
     prompt = prompt_for(backend)
     stop = [data.stop] if isinstance(data.stop, str) else list(data.stop or [])
@@ -108,7 +109,7 @@ def _submit(
         seed=None if data.seed is None else data.seed % (2**32 - 1),
         stop=tuple(dict.fromkeys([*prompt.stop, *stop])),
     )
-    request = CompletionRequest(prompt.text, params, _grammar(response_format), deadline=deadline)
+    request = CompletionRequest(prompt.text, params, grammar, deadline=deadline)
     return backend.name, backend.submit(request), prompt.strip_leading_space
 
 

@@ -21,7 +21,7 @@ from app.errors import from_engine
 from app.state import Services
 from app.web.deps import provide_services
 from llm.channel import Completion
-from llm.engine.grammar import grammar_for_schema
+from llm.engine.grammar import checked_grammar, grammar_for_schema
 from llm.params import (
     CompletionRequest,
     EngineError,
@@ -107,14 +107,16 @@ class CompletionsApi(Controller):
 
 
 def _submit(models: Registry, data: CompletionIn, deadline: float) -> Completion:
-    """Off the event loop, in one hop: grammar compilation, model loading, tokenisation."""
-    return models.get(data.model).submit(_request(data, deadline))
+    """Off the event loop, in one hop: grammar building (refused before any model is
+    loaded), model loading, tokenisation."""
+    request = _request(data, deadline)
+    return models.get(data.model).submit(request)
 
 
 def _request(data: CompletionIn, deadline: float) -> CompletionRequest:
     if data.grammar is not None and data.json_schema is not None:
         raise InvalidRequest("give either grammar or json_schema, not both")
-    grammar = data.grammar
+    grammar = None if data.grammar is None else checked_grammar(data.grammar)
     if data.json_schema is not None:
         grammar = grammar_for_schema(data.json_schema)
     return CompletionRequest(
