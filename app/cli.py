@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -214,6 +215,12 @@ def _serve(**overrides: Any) -> None:
             proxy_headers=bool(server.trusted_proxies),
             forwarded_allow_ips=server.trusted_proxies or [],
         )
+    if getattr(app.state, "work_left_running", False):
+        # A thread still inside native code (an embedding slice) past the stop's bound:
+        # finalising the interpreter under it aborts (SIGABRT). SQLite has everything and
+        # the work resumes on the next start, so end here, as a clean stop.
+        logging.shutdown()
+        os._exit(0)
 
 
 if __name__ == "__main__":

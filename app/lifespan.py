@@ -162,10 +162,12 @@ async def services_lifespan(app: Litestar) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        await asyncio.to_thread(_shutdown, services, loader)
+        app.state.work_left_running = not await asyncio.to_thread(_shutdown, services, loader)
 
 
-def _shutdown(services: Services, loader: threading.Thread) -> None:
+def _shutdown(services: Services, loader: threading.Thread) -> bool:
+    """Stop everything; False when the ingestion worker outlived its bound (the process
+    must then end without finalising the interpreter: see ``app.cli``)."""
     loader.join()
     if services.models is not None:
         services.models.close()
@@ -173,3 +175,4 @@ def _shutdown(services: Services, loader: threading.Thread) -> None:
     if stopped:  # never pull the database from under a worker that is still writing
         services.db.close()
     services.parser.close()
+    return stopped

@@ -42,6 +42,15 @@ Parse = Callable[[bytes, DocumentKind, str], ParsedDocument]
 # the reason); what the ``ragdesk ingest`` progress display shows per file.
 Progress = Callable[[int, str, str | None], None]
 
+# Texts embedded in one call: a stop (or, later, another upload) waits for one slice at
+# most, never for a whole large document. Each slice's vectors go to the embedding cache,
+# so a document interrupted by a stop resumes where it was on the next start.
+EMBED_SLICE = 512
+
+
+class IngestStopped(Exception):
+    """The worker was told to stop between two slices; its documents resume on next start."""
+
 
 @dataclass(frozen=True)
 class IngestConfig:
@@ -198,6 +207,9 @@ class IngestWorker:
             batch = self._drain(first)
             try:
                 self._ingest_parsed(batch)
+            except IngestStopped:
+                ids = [item.document_id for item in batch]
+                log.info("stopped while embedding documents %s; they resume on the next start", ids)
             except Exception:  # keep the worker alive whatever a batch does
                 ids = [item.document_id for item in batch]
                 log.exception("ingestion of documents %s failed unexpectedly", ids)
@@ -274,6 +286,8 @@ class IngestWorker:
         try:
             # One call for all: the embedder sorts by length and fills whole batches.
             vectors = self._embed([text for p in prepared for text in p.texts])
+        except IngestStopped:
+            raise
         except Exception:
             log.exception("embedding %d documents together failed; one by one", len(prepared))
             for item in prepared:
@@ -289,6 +303,8 @@ class IngestWorker:
     def _embed_and_index_alone(self, item: _Prepared) -> None:
         try:
             vectors = self._embed(item.texts)
+        except IngestStopped:
+            raise
         except Exception:
             log.exception("embedding document %s failed", item.document_id)
             self._fail(item.document_id, "internal error while embedding; see the server log")
@@ -297,9 +313,21 @@ class IngestWorker:
         self._index_safely(item, vectors)
 
     def _embed(self, texts: list[str]) -> Vectors:
-        if self.cache is None:
-            return self.embedder.embed_batch(texts)
-        return self.cache.embed(self.embedder, texts)
+        """Vectors for ``texts`` a slice at a time; IngestStopped between slices on stop."""
+        parts: list[Vectors] = []
+        for start in range(0, len(texts), EMBED_SLICE):
+            if self._stopping.is_set():
+                raise IngestStopped
+            part = texts[start : start + EMBED_SLICE]
+            cache = self.cache
+            parts.append(
+                self.embedder.embed_batch(part)
+                if cache is None
+                else cache.embed(self.embedder, part)
+            )
+        if not parts:
+            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _index_safely(self, item: _Prepared, vectors: Vectors) -> None:
         try:

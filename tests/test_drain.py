@@ -212,3 +212,42 @@ def test_a_real_model_answer_in_flight_finishes_on_sigterm(tmp_path: Path) -> No
     lines = [line for line in stream.result() if line]
     assert lines[-1] == "data: [DONE]" and '"finish_reason":"length"' in lines[-2], lines[-3:]
     assert _exit_code(server, 60) == 0
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_n3_stop_while_ingestion_embeds_a_large_document_exits_0_and_resumes(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """The real embedder (torch) busy on thousands of passages when the signal comes: the
+    worker stops between two slices, the process exits 0 (it used to abort: SIGABRT, 134),
+    and the document finishes on the next start."""
+    server = ServerProcess(tmp_path / "data", tmp_path / "server.log", generator_backend="fake")
+    server.start()
+    text = "\n\n".join(
+        f"Section {i}. The policy on item {i} was reviewed by the board in meeting {i}."
+        for i in range(15_000)
+    )
+    response = http.post(f"{server.url}/api/documents", files=[("file", ("big.txt", text))])
+    document_id = response.json()["documents"][0]["id"]
+
+    def status() -> str:
+        return str(http.get(f"{server.url}/api/documents/{document_id}").json()["status"])
+
+    deadline = time.monotonic() + 300
+    while status() not in ("embedding", "indexed", "failed"):  # both endings must hold
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert server.process is not None
+    server.process.send_signal(sig)
+    assert _exit_code(server, 90) == 0
+    assert "terminate called" not in server.log_path.read_text()
+
+    server.start()
+    try:
+        deadline = time.monotonic() + 600
+        while status() != "indexed":
+            assert status() != "failed" and time.monotonic() < deadline
+            time.sleep(0.5)
+    finally:
+        server.stop()

@@ -280,3 +280,45 @@ def test_aes_encrypted_pdf_with_a_user_password_fails_as_encrypted(tmp_path: Pat
     assert stored is not None and stored.status is DocumentStatus.FAILED
     assert stored.error is not None and "encrypted" in stored.error
     assert "DependencyError" not in stored.error
+
+
+def test_n3_stop_while_a_large_document_embeds_returns_between_slices_and_resumes(
+    tmp_path: Path,
+) -> None:
+    from retrieval.ingest import EMBED_SLICE
+
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    paragraphs = "\n\n".join(f"Paragraph {i} says something about topic {i}." for i in range(3000))
+    big, _ = kit.library.submit(data=paragraphs.encode(), filename="big.txt", collection_id=1)
+    embed = kit.embedder.embed_batch
+    in_slice, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def held_embed(texts):  # type: ignore[no-untyped-def]
+        calls.append(len(texts))
+        in_slice.set()
+        release.wait(30)  # the first slice runs until the test lets it finish
+        return embed(texts)
+
+    kit.embedder.embed_batch = held_embed  # type: ignore[method-assign]
+    kit.library.attach_worker(worker)
+    assert in_slice.wait(30)
+    stopping = threading.Thread(target=lambda: calls.append(-int(worker.stop(timeout=30))))
+    stopping.start()
+    wait_for(worker._stopping.is_set)
+    release.set()  # the slice under way ends; no further slice starts
+    stopping.join(30)
+    assert calls == [EMBED_SLICE, -1]  # one slice, then stop() returned True
+    assert not worker.alive
+    assert kit.store.get_document(big.id).status is DocumentStatus.EMBEDDING  # type: ignore[union-attr]
+
+    kit.embedder.embed_batch = embed  # type: ignore[method-assign]
+    again = kit.worker(index)
+    again.start()  # resumes it; the first slice's vectors come from the embedding cache
+    try:
+        wait_for(lambda: kit.store.get_document(big.id).status.is_terminal, timeout=120)  # type: ignore[union-attr]
+    finally:
+        again.stop()
+    assert kit.store.get_document(big.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]

@@ -4,7 +4,7 @@ uvicorn's own SIGTERM handling closes the listener at once and then waits for op
 connections; here the first SIGTERM drains first (readiness and new questions answer 503
 while running answers finish, up to ``RAGDESK_DRAIN_S``) and only then lets uvicorn shut
 down, and the process exits 0. A second SIGTERM ends the process at once, by the signal's
-default action. SIGINT (Ctrl+C) keeps uvicorn's behaviour.
+default action. SIGINT (Ctrl+C) stops without the drain, as uvicorn does, and also exits 0.
 """
 
 from __future__ import annotations
@@ -39,7 +39,12 @@ class DrainingServer(uvicorn.Server):
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if sig != signal.SIGTERM or self._loop is None:
+        if sig == signal.SIGINT:
+            # uvicorn's own stop, minus recording the signal: it would raise it again once
+            # shut down, and Ctrl+C would end in KeyboardInterrupt rather than exit 0.
+            self.force_exit = self.should_exit  # a second Ctrl+C: stop waiting for clients
+            self.should_exit = True
+        elif sig != signal.SIGTERM or self._loop is None:
             super().handle_exit(sig, frame)
         elif self.drain.draining:
             stop_now()
