@@ -112,14 +112,16 @@ class UnsupportedOut(msgspec.Struct):
 
 class ChatSources(msgspec.Struct):
     """The passages the model is given for an answer, best first, numbered as it may cite
-    them: sent before it starts writing."""
+    them: sent before it starts writing. ``query``: what was searched for (a follow-up
+    question carries the earlier turn's subject; ``retrieval.followup``)."""
 
     sources: list[CitationOut]
+    query: str | None = None
 
 
 class ChatDone(msgspec.Struct):
     """The stored answer. ``grounded``: it cites at least one source; ``unsupported``: its
-    sentences no cited passage supports."""
+    sentences no cited passage supports; ``query``: what was searched for."""
 
     conversation_id: int
     message_id: int
@@ -127,6 +129,7 @@ class ChatDone(msgspec.Struct):
     citations: list[CitationOut]
     unsupported: list[UnsupportedOut]
     grounded: bool
+    query: str | None = None
 
     @classmethod
     def of(cls, message: Message) -> ChatDone:
@@ -137,6 +140,7 @@ class ChatDone(msgspec.Struct):
             citations=[CitationOut.of(c) for c in message.citations],
             unsupported=[UnsupportedOut.of(u) for u in message.unsupported],
             grounded=bool(message.citations),
+            query=searched_for(message),
         )
 
 
@@ -186,6 +190,7 @@ class MessageOut(msgspec.Struct):
     citations: list[CitationOut]
     unsupported: list[UnsupportedOut] = msgspec.field(default_factory=list)
     grounded: bool | None = None
+    query: str | None = None  # an answer's search query (null: a question, or stored before)
 
     @classmethod
     def of(cls, message: Message) -> MessageOut:
@@ -199,7 +204,13 @@ class MessageOut(msgspec.Struct):
             citations,
             unsupported=[UnsupportedOut.of(u) for u in message.unsupported],
             grounded=bool(message.citations) if answer else None,
+            query=searched_for(message),
         )
+
+
+def searched_for(message: Message) -> str | None:
+    """What retrieval searched for to answer ``message`` (None: not an answer, or older)."""
+    return message.context.query if message.context is not None else None
 
 
 class ConversationDetail(ConversationOut):

@@ -57,7 +57,7 @@ def rescore(
     answer, unsupported = line["answer"], 0
     citations: tuple[Citation, ...] = ()
     context: TurnContext | None = None
-    if line["context"] is not None:  # a model ran (else: nothing found, as stored)
+    if line["context"] and line["context"]["sources"]:  # a model ran (else: nothing found)
         context = TurnContext.from_json(json.dumps(line["context"]))
         grounding = Grounding.of_turn(item.question, context)
         checked = grounding.checked(context.answer)

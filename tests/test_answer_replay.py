@@ -40,7 +40,8 @@ def test_a_replayed_transcript_scores_as_the_live_run(tmp_path: Path) -> None:
     assert [line["question"] for line in lines] == [q.question for q in QUESTIONS]
     assert lines[2]["answer"] == WITHHELD
     assert lines[2]["context"]["answer"] == "Staff can take 10 days of unpaid leave [1]."
-    assert lines[3]["context"] is None
+    assert lines[3]["context"]["sources"] == []  # nothing found: no model ran
+    assert lines[3]["context"]["query"] == QUESTIONS[3].question  # what was searched for
 
     replayed = replay(lines, {q.question: q for q in QUESTIONS})
     assert replayed == live

@@ -93,6 +93,7 @@ def test_no_relevant_source_answers_without_the_model(api: TestClient[Any]) -> N
         "citations": [],
         "unsupported": [],
         "grounded": False,
+        "query": "zzzz qqqq xxxx",
     }
     streamed = chunks(ask(api, "zzzz qqqq xxxx", stream=True))
     assert NOTHING_FOUND in json.dumps(streamed) and streamed[-1]["citations"] == []

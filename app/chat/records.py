@@ -49,6 +49,7 @@ class TurnContext:
     answer: str
     sources: tuple[ShownSource, ...] = ()
     refers: tuple[int, ...] = ()
+    query: str | None = None  # what was searched for (None: stored before queries were)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -58,6 +59,7 @@ class TurnContext:
                     {"citation": s.citation.__dict__, "text": s.text} for s in self.sources
                 ],
                 "refers": list(self.refers),
+                "query": self.query,
             }
         )
 
@@ -67,7 +69,9 @@ class TurnContext:
         sources = tuple(
             ShownSource(Citation(**s["citation"]), s["text"]) for s in data.get("sources", [])
         )
-        return cls(str(data["answer"]), sources, tuple(int(n) for n in data.get("refers", [])))
+        refers = tuple(int(n) for n in data.get("refers", []))
+        query = data.get("query")
+        return cls(str(data["answer"]), sources, refers, None if query is None else str(query))
 
 
 @dataclass(frozen=True)

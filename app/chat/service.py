@@ -30,6 +30,7 @@ from llm.registry import Registry
 from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
 from retrieval.focus import focus
+from retrieval.followup import conversation_query
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
@@ -70,9 +71,11 @@ class ChatConfig:
 @dataclass(frozen=True)
 class ReadingEvent:
     """The passages the model is about to read, sent before it starts: on 2 CPU cores the
-    first token takes seconds (prefill), and the reader sees meanwhile what it is reading."""
+    first token takes seconds (prefill), and the reader sees meanwhile what it is reading;
+    ``query``: what was searched for (a follow-up carries the last turn's subject)."""
 
     sources: tuple[Citation, ...]
+    query: str = ""
 
 
 @dataclass(frozen=True)
@@ -182,17 +185,17 @@ class ChatService:
             else:
                 self._answering.discard(question.id)
 
-    def retrieve(self, question: str, collection_ids: frozenset[int] | None = None) -> list[Hit]:
-        """The passages a question is answered from (every door retrieves through here):
-        the top k over the collections given (None: the retriever's own scope), none below
-        the relevance floor."""
+    def retrieve(self, query: str, collection_ids: frozenset[int] | None = None) -> list[Hit]:
+        """The passages a question is answered from (every door retrieves through here,
+        with the question's standalone query: ``retrieval.followup``): the top k over the
+        collections given (None: the retriever's own scope), none below the relevance floor."""
         config = self.config
         result = self.retriever.search(
-            question, config.top_k, min_score=config.min_score, collection_ids=collection_ids
+            query, config.top_k, min_score=config.min_score, collection_ids=collection_ids
         )
         if not config.passage_chars:
             return result.hits
-        return focus(question, result.hits, self.retriever.embedder, config.passage_chars)
+        return focus(query, result.hits, self.retriever.embedder, config.passage_chars)
 
     def is_answering(self, question_id: int) -> bool:
         """From the moment its answer starts (retrieval included) until it is stored."""
@@ -238,16 +241,19 @@ class ChatService:
         # The conversation's chosen collections; the retriever narrows them (and None, all)
         # to what the asker may read, so a stored scope never widens access.
         scope = await asyncio.to_thread(self.conversations.scope_of, question.conversation_id)
-        hits = await asyncio.to_thread(self.retrieve, question.content, scope)
+        turns = await asyncio.to_thread(self.conversations.turns_before, question)
+        query = conversation_query([asked.content for asked, _ in turns] + [question.content])
+        hits = await asyncio.to_thread(self.retrieve, query, scope)
         if not hits:
+            progress.context = TurnContext(NOTHING_FOUND, query=query)
             yield TokenEvent(NOTHING_FOUND)
             yield DoneEvent(await self._save(question, NOTHING_FOUND, progress))
             return
         key = f"conversation:{question.conversation_id}"
         model = await asyncio.to_thread(self.model_for, question.conversation_id)
         backend = await asyncio.to_thread(self.models.get, model, key)
-        grounding = await asyncio.to_thread(self._grounding, backend, question, hits)
-        yield ReadingEvent(tuple(grounding.reading()))
+        grounding = await asyncio.to_thread(self._grounding, backend, question, turns, hits)
+        yield ReadingEvent(tuple(grounding.reading()), query)
         prompt = grounding.prompt
         request = CompletionRequest(
             prompt=prompt.text,
@@ -283,9 +289,9 @@ class ChatService:
         finally:
             if not completed:  # the client left (leaving the loop cancelled the request)
                 progress.partial = guard.text.strip()
-                progress.context = _context(grounding, guard.text)
+                progress.context = _context(grounding, guard.text, query)
         checked = grounding.checked(guard.text, withhold=self.config.withhold_unsupported)
-        progress.context = _context(grounding, guard.text)
+        progress.context = _context(grounding, guard.text, query)
         asked = grounding.to_check(backend, checked) if self.config.check_answers else ()
 
         def settle() -> Message:  # the second look and the store, in one worker thread
@@ -316,10 +322,15 @@ class ChatService:
             return self.config.model
         return chosen
 
-    def _grounding(self, backend: Backend, question: Message, hits: list[Hit]) -> Grounding:
+    def _grounding(
+        self,
+        backend: Backend,
+        question: Message,
+        turns: list[tuple[Message, Message]],
+        hits: list[Hit],
+    ) -> Grounding:
         """This turn's prompt after the earlier turns, which repeat the sources they were
         shown (so their numbers stay citable)."""
-        turns = self.conversations.turns_before(question)
         earlier = {
             s.citation.chunk_id: s.citation
             for _, answered in turns
@@ -369,11 +380,12 @@ def _turn(asked: Message, answered: Message) -> Turn:
     return Turn(asked.content, context.answer, sources, context.refers)
 
 
-def _context(grounding: Grounding, generated: str) -> TurnContext:
-    """What the model saw and said, stored with the answer for the next turn's prompt."""
+def _context(grounding: Grounding, generated: str, query: str) -> TurnContext:
+    """What the model saw and said, stored with the answer for the next turn's prompt,
+    and what was searched for to find its sources."""
     turn = grounding.prompt.turn
     listed = tuple(
         ShownSource(citation, source.text)
         for citation, source in zip(grounding.listed(), turn.sources, strict=True)
     )
-    return TurnContext(generated, listed, turn.refers)
+    return TurnContext(generated, listed, turn.refers, query)

@@ -14,7 +14,7 @@ import json
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -26,6 +26,7 @@ from app.migrations import open_database
 from llm.params import Usage
 from retrieval.db import Database
 from retrieval.evaluation import GoldenQuestion
+from retrieval.followup_eval import GoldenConversation
 
 
 async def ask_all(
@@ -42,27 +43,75 @@ async def ask_all(
     after generation can be replayed on the same generations (``bench.replay``)."""
     scores: list[AnswerScore] = []
     for number, item in enumerate(questions, start=1):
-        _, asked = chat.ask(item.question, None)
-        started = time.perf_counter()
-        first: float | None = None
-        done: DoneEvent | None = None
-        async for event in chat.answer(asked):
-            if isinstance(event, TokenEvent) and first is None and event.text.strip():
-                first = time.perf_counter() - started
-            elif isinstance(event, DoneEvent):
-                done = event
-        total = time.perf_counter() - started
-        assert done is not None, "an answer always ends with its stored message"
-        score = _score(item, done, first, total)
+        score, _ = await _ask(chat, item, None, transcript)
         scores.append(score)
-        if transcript is not None:
-            transcript.write(transcript_line(item, done, first, total) + "\n")
         if progress:
-            mark = "offtopic" if item.offtopic else ("ok" if score.correct else "miss")
-            print(f"  [{number}/{len(questions)}] {mark:8} {total:5.1f}s  {item.question}")
-            if mark != "ok":
-                print("      " + " ".join(score.answer.split())[:300])
+            _print_score(f"{number}/{len(questions)}", item, score)
     return report(scores)
+
+
+@dataclass(frozen=True)
+class FollowUpReport:
+    """The follow-up turns of golden conversations asked in their conversation, and the
+    same questions asked standalone (subject named, in a conversation of their own)."""
+
+    in_conversation: AnswerReport
+    standalone: AnswerReport
+
+
+async def ask_conversations(
+    chat: ChatService, conversations: Sequence[GoldenConversation], *, progress: bool = False
+) -> FollowUpReport:
+    """Ask each conversation's turns in one conversation, then each follow-up alone."""
+    followed: list[AnswerScore] = []
+    alone: list[AnswerScore] = []
+    for number, conversation in enumerate(conversations, start=1):
+        conversation_id: int | None = None
+        for turn, standalone in zip(conversation.turns, conversation.standalone, strict=True):
+            score, conversation_id = await _ask(chat, turn, conversation_id)
+            if standalone is not None:
+                followed.append(score)
+                if progress:
+                    _print_score(f"{number}/{len(conversations)} follow-up", turn, score)
+        for _, turn, standalone in conversation.follow_ups():
+            named = replace(turn, question=standalone)
+            score, _ = await _ask(chat, named, None)
+            alone.append(score)
+            if progress:
+                _print_score(f"{number}/{len(conversations)} standalone", named, score)
+    return FollowUpReport(report(followed), report(alone))
+
+
+async def _ask(
+    chat: ChatService,
+    item: GoldenQuestion,
+    conversation_id: int | None,
+    transcript: TextIO | None = None,
+) -> tuple[AnswerScore, int]:
+    """Ask ``item`` (in a new conversation unless one is given) and score the answer.
+    Time to first token counts from the question to the first streamed token."""
+    _, asked = chat.ask(item.question, conversation_id)
+    started = time.perf_counter()
+    first: float | None = None
+    done: DoneEvent | None = None
+    async for event in chat.answer(asked):
+        if isinstance(event, TokenEvent) and first is None and event.text.strip():
+            first = time.perf_counter() - started
+        elif isinstance(event, DoneEvent):
+            done = event
+    total = time.perf_counter() - started
+    assert done is not None, "an answer always ends with its stored message"
+    if transcript is not None:
+        transcript.write(transcript_line(item, done, first, total) + "\n")
+    return _score(item, done, first, total), asked.conversation_id
+
+
+def _print_score(place: str, item: GoldenQuestion, score: AnswerScore) -> None:
+    mark = "offtopic" if item.offtopic else ("ok" if score.correct else "miss")
+    total = score.total_s
+    print(f"  [{place}] {mark:8} {total:5.1f}s  {item.question}")
+    if mark != "ok":
+        print("      " + " ".join(score.answer.split())[:300])
 
 
 def transcript_line(item: GoldenQuestion, done: DoneEvent, ttft: float | None, total: float) -> str:

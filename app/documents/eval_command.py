@@ -1,7 +1,8 @@
 """``ragdesk eval GOLDEN.jsonl``: retrieval quality and latency on the data directory's
 index; ``ragdesk eval --answers GOLDEN.jsonl``: the quality of the answers chat gives
-(:mod:`app.documents.answer_eval`). Both are stored in SQLite; ``--history`` compares
-the runs."""
+(:mod:`app.documents.answer_eval`); given golden conversations
+(:mod:`retrieval.followup_eval`), the follow-up turns asked in them and standalone.
+Both are stored in SQLite; ``--history`` compares the runs."""
 
 from __future__ import annotations
 
@@ -114,12 +115,25 @@ def _evaluate_answers(settings: Settings, db: Database, golden: Path, *, model: 
     from app.chat.service import ChatConfig, ChatService
     from app.config.models import build_registry
     from app.config.retrieval import read_only_retriever
-    from app.documents.answer_eval import ScratchConversations, ask_all, save_answer_run
+    from app.documents.answer_eval import (
+        ScratchConversations,
+        ask_all,
+        ask_conversations,
+        save_answer_run,
+    )
     from app.metrics import Metrics
     from llm.params import UnknownModel
+    from retrieval.evaluation import GoldenSetError
+    from retrieval.followup_eval import is_conversation_set, load_conversations
     from retrieval.store import DocumentStore
 
-    questions = _golden(golden)
+    conversational = is_conversation_set(golden)
+    try:  # a set of conversations: follow-ups asked in them, and again standalone
+        conversations = load_conversations(golden) if conversational else []
+    except GoldenSetError as exc:
+        print(f"ragdesk eval: {exc}", file=sys.stderr)
+        return 2
+    questions = [] if conversational else _golden(golden)
     if questions is None:
         return 2
     retriever = read_only_retriever(settings, DocumentStore(db))
@@ -135,7 +149,11 @@ def _evaluate_answers(settings: Settings, db: Database, golden: Path, *, model: 
     scratch = ScratchConversations()
     try:
         chat = ChatService(scratch.conversations, retriever, registry, config)
-        result = asyncio.run(ask_all(chat, questions, progress=True))
+        if conversational:
+            followed = asyncio.run(ask_conversations(chat, conversations, progress=True))
+            result, alone = followed.in_conversation, followed.standalone.as_dict()
+        else:
+            result, alone = asyncio.run(ask_all(chat, questions, progress=True)), None
         served = registry.resolve(config.model)
     finally:
         registry.close()
@@ -143,7 +161,10 @@ def _evaluate_answers(settings: Settings, db: Database, golden: Path, *, model: 
     run_id = save_answer_run(
         db, result, golden=golden, model=served, settings=answer_settings(settings)
     )
-    print(json.dumps({"run": run_id, "model": served, **result.as_dict()}, indent=2))
+    out: dict[str, object] = {"run": run_id, "model": served, **result.as_dict()}
+    if alone is not None:  # the follow-ups' scores above; the same questions standalone here
+        out["standalone"] = alone
+    print(json.dumps(out, indent=2))
     return 0
 
 

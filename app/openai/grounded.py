@@ -6,6 +6,9 @@ sentences no cited passage supports) and ``grounded`` (whether any source is cit
 
 Stateless: the last user message is the question, earlier user/assistant messages become
 history turns without sources; nothing is stored but the audit of the passages shown.
+Retrieval reads the conversation as chat does: a follow-up is searched for with the
+subject of the questions before it (``retrieval.followup``), and ``query`` says what was
+searched for.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from llm.backend import Backend
 from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
 from llm.params import TextDelta
 from llm.prompt import PromptTooLong, Turn
+from retrieval.followup import conversation_query
 from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
@@ -117,6 +121,7 @@ class _Grounded:
     history: list[Turn]
     hits: list[Hit]
     answer_tokens: int
+    query: str  # what retrieval searched for
     grounding: Grounding | None = None
 
     def prompt_for(self, backend: Backend) -> ChatPrompt:
@@ -191,11 +196,12 @@ async def grounded_completion(
     chat = services.require_chat()
     ids = await asyncio.to_thread(_collection_ids, services, data)
     question, history = _question_and_history(messages)
-    hits = await asyncio.to_thread(chat.retrieve, question, ids)
+    query = conversation_query([turn.question for turn in history] + [question])
+    hits = await asyncio.to_thread(chat.retrieve, query, ids)
     if not hits:  # as chat does: no source, no model
-        return _nothing_found(data)
+        return _nothing_found(data, query)
     answer_tokens = data.max_completion_tokens or data.max_tokens or chat.config.max_answer_tokens
-    grounding = _Grounded(question, history, hits, answer_tokens)
+    grounding = _Grounded(question, history, hits, answer_tokens, query)
     model = (
         chat.config.model
         if data.model == RAG_MODEL or data.model.startswith(RAG_PREFIX)
@@ -223,6 +229,7 @@ async def grounded_completion(
         citations=cited.citations,
         unsupported=cited.unsupported,
         grounded=cited.grounded,
+        query=grounding.query,
     )
     choice = ChatChoice(0, message, FINISH_REASONS[done.reason])
     out = ChatCompletionOut(
@@ -231,12 +238,12 @@ async def grounded_completion(
     return Response(out, media_type=MediaType.JSON)
 
 
-def _nothing_found(data: ChatCompletionIn) -> Response[Any]:
+def _nothing_found(data: ChatCompletionIn, query: str) -> Response[Any]:
     response_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if data.stream:
-        return ServerSentEvent(_nothing_found_chunks(response_id, created, data.model))
+        return ServerSentEvent(_nothing_found_chunks(response_id, created, data.model, query))
     usage = UsageOut(0, 0, 0, PromptTokensDetails(0))
-    choice = ChatChoice(0, GroundedMessageOut(NOTHING_FOUND), "stop")
+    choice = ChatChoice(0, GroundedMessageOut(NOTHING_FOUND, query=query), "stop")
     out = ChatCompletionOut(response_id, created, data.model, [choice], usage)
     return Response(out, media_type=MediaType.JSON)
 
@@ -246,13 +253,14 @@ def _sse(value: object) -> ServerSentEventMessage:
 
 
 async def _nothing_found_chunks(
-    response_id: str, created: int, model: str
+    response_id: str, created: int, model: str, query: str
 ) -> AsyncIterator[ServerSentEventMessage]:
     yield _sse(ChatChunk(response_id, created, model, [ChunkChoice(0, Delta("assistant", ""))]))
     yield _sse(
         ChatChunk(response_id, created, model, [ChunkChoice(0, Delta(content=NOTHING_FOUND))])
     )
-    yield _sse(GroundedChunk(response_id, created, model, [ChunkChoice(0, Delta(), "stop")]))
+    last = [ChunkChoice(0, Delta(), "stop")]
+    yield _sse(GroundedChunk(response_id, created, model, last, query=query))
     yield ServerSentEventMessage(data="[DONE]")
 
 
@@ -288,6 +296,7 @@ async def _chunks(
                     citations=cited.citations,
                     unsupported=cited.unsupported_in(streamed),
                     grounded=cited.grounded,
+                    query=grounding.query,
                 )
             )
             if include_usage:

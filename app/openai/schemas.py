@@ -137,6 +137,7 @@ class GroundedMessageOut(MessageOut, kw_only=True):
     citations: list[CitationOut] = msgspec.field(default_factory=list)
     unsupported: list[UnsupportedOut] = msgspec.field(default_factory=list)
     grounded: bool = False
+    query: str | None = None  # what retrieval searched for (follow-ups carry their subject)
 
 
 class ChatChoice(msgspec.Struct):
@@ -186,6 +187,7 @@ class GroundedChunk(ChatChunk, kw_only=True):
     citations: list[CitationOut] = msgspec.field(default_factory=list)
     unsupported: list[UnsupportedOut] = msgspec.field(default_factory=list)
     grounded: bool = False
+    query: str | None = None  # what retrieval searched for (follow-ups carry their subject)
 
 
 class TextChoice(msgspec.Struct):

@@ -146,7 +146,7 @@ async def json_events(
         audit = answer_audit(auth) if auth is not None else None
         async for event in chat.answer(question, on_stored=audit):
             if isinstance(event, ReadingEvent):
-                sources = ChatSources([CitationOut.of(c) for c in event.sources])
+                sources = ChatSources([CitationOut.of(c) for c in event.sources], event.query)
                 yield ServerSentEventMessage(data=_json(sources), event="sources")
             elif isinstance(event, TokenEvent):
                 yield ServerSentEventMessage(data=_json({"text": event.text}), event="token")

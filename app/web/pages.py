@@ -268,7 +268,10 @@ async def html_events(
         audit = answer_audit(request.app.state.services.auth)
         async for event in chat.answer(question, on_stored=audit):
             if isinstance(event, ReadingEvent):
-                html = templates.get_template("_reading.html").render(sources=event.sources)
+                html = templates.get_template("_reading.html").render(
+                    sources=event.sources,
+                    searched=event.query if event.query != question.content else None,
+                )
                 yield ServerSentEventMessage(data=html, event="sources")
             elif isinstance(event, CheckingEvent):
                 html = templates.get_template("_checking.html").render(sources=event.sources)

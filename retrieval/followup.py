@@ -1,0 +1,98 @@
+"""Follow-up questions turned into standalone search queries.
+
+"How long does it last?" after a question about the probation period searches, alone, for
+a pronoun. A follow-up names its subject only through the conversation: a referring word
+(it, they, that, there ...), an opening that continues the last turn ("and ...", "what
+about ..."), or too few words of its own. Such a question is searched for together with
+the key terms of the turn before, whose own query already carries the subject of the turns
+before it, so a chain of follow-ups keeps its subject. Any other question is searched for
+as asked: a standalone question never changes.
+
+No model runs here: on a CPU a rewrite by the chat model costs seconds of prefill before
+the first token, and this measures as good on the follow-up golden sets (docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from retrieval.lexical import STOPWORDS
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+# Words that stand for something said before. "there" and "that" also have other uses
+# ("is there a gym", "the form that HR keeps"); a question using them so is still read
+# together with the last turn, which costs a standalone question little.
+_REFERRING_WORDS = """it its it's itself they them their theirs themselves this that these
+    those there he him his she her hers one ones former latter such same above"""
+_REFERRING = frozenset(_REFERRING_WORDS.split())
+_OPENERS = (
+    "and",
+    "also",
+    "but",
+    "what about",
+    "how about",
+    "what else",
+    "same",
+    "then",
+    "so",
+    "or",
+)
+_ASKING_WORDS = """what which who whom whose when where why how is are was were do does did
+    can could should would will may might shall must tell please give show list explain
+    describe there any much many long often get gets got need want know find say says mean
+    means"""
+_QUESTION_WORDS = frozenset(_ASKING_WORDS.split())
+MIN_OWN_TERMS = 2  # a question with fewer key terms than this leans on the last turn
+MAX_CARRIED_TERMS = 12  # the last turn's key terms carried into the query, at most
+
+
+def conversation_query(questions: Sequence[str]) -> str:
+    """The query for the last of ``questions`` (a conversation's questions, oldest first),
+    each earlier one turned into its own query first, so a chain of follow-ups keeps the
+    subject the first of them named."""
+    queries: list[str] = []
+    for question in questions:
+        queries.append(search_query(question, queries))
+    return queries[-1]
+
+
+def search_query(question: str, earlier: Sequence[str]) -> str:
+    """The query to retrieve with for ``question``, asked after turns whose search queries
+    were ``earlier`` (oldest first): the question as asked unless it is a follow-up."""
+    if not earlier or not is_follow_up(question):
+        return question
+    own = {term.lower() for term in key_terms(question)}
+    carried = [term for term in key_terms(earlier[-1]) if term.lower() not in own]
+    if not carried:
+        return question
+    return f"{question} ({' '.join(carried[:MAX_CARRIED_TERMS])})"
+
+
+def is_follow_up(question: str) -> bool:
+    """Whether ``question`` leans on the turn before it for its subject."""
+    words = [word.lower().replace("’", "'") for word in _WORD.findall(question)]
+    if not words:
+        return False
+    opening = " ".join(words[:2])
+    if any(opening == opener or opening.startswith(opener + " ") for opener in _OPENERS):
+        return True
+    if any(word in _REFERRING for word in words):
+        return True
+    return len(key_terms(question)) < MIN_OWN_TERMS
+
+
+def key_terms(text: str) -> list[str]:
+    """The words of ``text`` that carry its subject, in order, each once: no function
+    words, question words or referring words."""
+    seen: set[str] = set()
+    terms: list[str] = []
+    for word in _WORD.findall(text):
+        lower = word.lower().replace("’", "'")
+        if lower in STOPWORDS or lower in _QUESTION_WORDS or lower in _REFERRING:
+            continue
+        if lower in seen:
+            continue
+        seen.add(lower)
+        terms.append(word)
+    return terms

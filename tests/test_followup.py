@@ -1,0 +1,183 @@
+"""Follow-up questions search with their conversation's subject, at every door."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from app.chat.service import DoneEvent, ReadingEvent
+from llm.backend import FakeBackend
+from retrieval.followup import conversation_query, is_follow_up, search_query
+from tests.conftest import add_key, fake_model, sse_events, upload, wait_for, wait_indexed
+from tests.retrieval_kit import make_kit
+from tests.test_chat import collect, service
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How long does it last?",
+        "What is its warranty?",
+        "And for contractors?",
+        "What about visitors?",
+        "Who do I tell about that?",
+        "Where is it held?",
+        "When?",
+        "How much?",
+    ],
+)
+def test_follow_ups_are_recognised(question: str) -> None:
+    assert is_follow_up(question)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How long is the probation period?",
+        "What is the capital of France?",
+        "Which error code means the sensor needs calibrating?",
+        "Who founded Larchmere Analytics together with Declan Fairbairn?",
+    ],
+)
+def test_standalone_questions_are_searched_as_asked(question: str) -> None:
+    assert not is_follow_up(question)
+    assert search_query(question, ["How many days of annual leave do staff get?"]) == question
+
+
+def test_a_follow_up_carries_the_subject_of_the_turn_before() -> None:
+    query = search_query("How long does it last?", ["What is the probation period for new staff?"])
+    assert query == "How long does it last? (probation period new staff)"
+
+
+def test_a_chain_of_follow_ups_keeps_the_first_subject() -> None:
+    questions = [
+        "Which is Norway's only active volcano?",
+        "When did it last erupt?",
+        "And how tall?",
+    ]
+    assert "volcano" in conversation_query(questions) and "Norway" in conversation_query(questions)
+    assert conversation_query(questions[:1]) == questions[0]  # a first question is as asked
+
+
+def test_a_first_question_is_never_changed() -> None:
+    assert search_query("And what about it?", []) == "And what about it?"
+
+
+HANDBOOK = (
+    b"# Probation\n\nNew staff serve a probation period of six months.\n\n"
+    b"# Parking\n\nVisitors park in the north garage on level two.\n"
+)
+
+
+def test_chat_retrieves_a_follow_up_with_its_subject_and_stores_the_query(tmp_path: Path) -> None:
+    generator = FakeBackend()
+    chat = service(make_kit(tmp_path), generator)
+    searched: list[str] = []
+    retrieve = chat.retrieve
+    chat.retrieve = lambda query, scope=None: searched.append(query) or retrieve(query, scope)  # type: ignore[method-assign]
+    first = asyncio.run(collect(chat, "How many days of leave do staff get?"))
+    conversation_id = first[-1].message.conversation_id
+    events = asyncio.run(collect(chat, "Is it paid?", conversation_id))
+    assert searched == ["How many days of leave do staff get?", "Is it paid? (days leave staff)"]
+    reading = next(e for e in events if isinstance(e, ReadingEvent))
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert reading.query == searched[1]
+    assert done.message.context is not None and done.message.context.query == searched[1]
+    stored = chat.conversations.messages(conversation_id)[-1]
+    assert stored.context is not None and stored.context.query == searched[1]  # read back
+
+
+@pytest.fixture
+def api(client: TestClient[Any]) -> TestClient[Any]:
+    wait_for(lambda: client.get("/health/ready").status_code == 200)
+    document = upload(client, ("staff.md", HANDBOOK)).json()["documents"][0]
+    assert wait_indexed(client, document["id"])["status"] == "indexed"
+    return client
+
+
+def test_api_chat_reports_what_it_searched_for(api: TestClient[Any]) -> None:
+    fake_model(api).enqueue(["Six months [1]."])
+    first = api.post("/api/chat", json={"message": "How long is the probation period?"})
+    conversation_id = int(first.text.split('"conversation_id":')[1].split(",")[0])
+    fake_model(api).enqueue(["Their manager [1]."])
+    follow = api.post(
+        "/api/chat", json={"message": "Who reviews it?", "conversation_id": conversation_id}
+    )
+    events = dict(sse_events(follow.text))
+    expected = "Who reviews it? (probation period)"
+    assert f'"query":"{expected}"' in events["sources"]
+    assert f'"query":"{expected}"' in events["done"]
+    detail = api.get(f"/api/conversations/{conversation_id}").json()
+    assert [m.get("query") for m in detail["messages"]] == [
+        None,
+        "How long is the probation period?",
+        None,
+        expected,
+    ]
+    page = api.get(f"/c/{conversation_id}").text
+    assert "Searched for" in page and expected in page.replace("&#39;", "'")
+
+
+def test_grounded_v1_searches_a_follow_up_with_the_earlier_questions(api: TestClient[Any]) -> None:
+    api.headers["Authorization"] = f"Bearer {add_key(api)}"
+    model = fake_model(api)
+    model.enqueue(["In the north garage [1]."])
+    messages = [
+        {"role": "user", "content": "Where do visitors park?"},
+        {"role": "assistant", "content": "In the north garage [1]."},
+        {"role": "user", "content": "On which level is it?"},
+    ]
+    response = api.post("/v1/chat/completions", json={"model": "rag", "messages": messages})
+    assert response.status_code == 200, response.text
+    message = response.json()["choices"][0]["message"]
+    assert message["query"] == "On which level is it? (visitors park)"
+    assert "level two" in model.history[-1].prompt
+
+
+CONVERSATIONS = (
+    '{"id": "c1", "turns": [{"question": "How many days of leave do staff get?", '
+    '"document": "p.md", "answer": "28 days"}, {"question": "Is it paid?", '
+    '"standalone": "Is the leave paid?", "document": "p.md", "answer": "paid leave"}]}\n'
+)
+
+
+def test_golden_conversations_load_and_bad_ones_name_their_line(tmp_path: Path) -> None:
+    from retrieval.evaluation import GoldenSetError
+    from retrieval.followup_eval import is_conversation_set, load_conversations
+
+    path = tmp_path / "followups.jsonl"
+    path.write_text(CONVERSATIONS)
+    assert is_conversation_set(path)
+    [conversation] = load_conversations(path)
+    assert [turn.question for _, turn, _ in conversation.follow_ups()] == ["Is it paid?"]
+    path.write_text('{"turns": [{"question": "Only one?"}]}\n')
+    with pytest.raises(GoldenSetError, match="line 1"):
+        load_conversations(path)
+    path.write_text('{"question": "A plain golden line"}\n')
+    assert not is_conversation_set(path)
+
+
+def test_follow_ups_are_scored_in_their_conversation_and_standalone(tmp_path: Path) -> None:
+    from app.documents.answer_eval import ask_conversations
+    from retrieval.followup_eval import follow_up_recall, load_conversations
+
+    path = tmp_path / "followups.jsonl"
+    path.write_text(CONVERSATIONS)
+    conversations = load_conversations(path)
+    generator = FakeBackend()
+    chat = service(make_kit(tmp_path), generator)
+    for text in ["Staff get 28 days [1].", "Yes, it is paid leave [1].", "I cannot tell."]:
+        generator.enqueue([text])
+    result = asyncio.run(ask_conversations(chat, conversations))
+    assert result.in_conversation.correctness == 1.0  # the follow-up, in its conversation
+    assert result.standalone.correctness == 0.0  # "I cannot tell." to the standalone form
+    asked = [request.prompt for request in generator.history]
+    assert "Is it paid?" in asked[1] and "How many days" in asked[1]  # one conversation
+    assert "Is the leave paid?" in asked[2] and "How many days" not in asked[2]  # its own
+    recall = follow_up_recall(chat.retriever, conversations, 5, {1: "p.md"})
+    assert recall.follow_ups == 1 and recall.in_conversation == recall.standalone == 1.0
