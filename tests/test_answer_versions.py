@@ -112,4 +112,4 @@ def test_copy_text_keeps_the_markers_as_numbered_on_the_page() -> None:
         (cited(5), cited(9)),
         0.0,
     )
-    assert copy_text(answer) == "Noon [1], daily [2]; see [1]. Not a source: [42]."
+    assert copy_text(answer) == "Noon [9], daily [5]; see [9]. Not a source: [42]."  # as shown

@@ -139,7 +139,7 @@ def test_delete_and_export(client: TestClient[Any]) -> None:
     assert disposition == f'attachment; filename="canteen-hours-{conversation}.md"'
     assert export.text.startswith("# Canteen hours\n")
     assert "> When does the canteen open?" in export.text
-    assert "Noon daily [1]." in export.text and "1. Canteen, page 1" in export.text
+    assert "Noon daily [1]." in export.text and "- [1] Canteen, page 1" in export.text
 
     deleted = client.delete(f"/ui/conversations/{conversation}", headers=HX)
     assert deleted.status_code == 200 and deleted.headers["hx-redirect"] == "/"

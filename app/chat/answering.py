@@ -119,6 +119,12 @@ class Grounding:
         numbers = cited_numbers(answer, self.prompt.citable)
         return answer, tuple(self._numbered(self.prompt.citable[n], n) for n in numbers)
 
+    def cited_as_written(self, text: str) -> tuple[Citation, ...]:
+        """The sources ``text`` cites with the numbers it wrote (a stopped answer: what
+        the reader saw stream is kept as it was, neither attributed nor re-pointed)."""
+        numbers = cited_numbers(text, self.prompt.citable)
+        return tuple(self._numbered(self.prompt.citable[n], n) for n in numbers)
+
     def unsupported(self, answer: str) -> tuple[Unsupported, ...]:
         """The sentences of a cited answer (from :meth:`cite`) that no source supports."""
         return tuple(unsupported_sentences(answer, self.prompt.citable))

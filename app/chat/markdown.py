@@ -72,19 +72,17 @@ def render_markdown(
     cite: Mapping[int, tuple[str, str]] | None = None,
     stopped_marker: str | None = None,
     flagged: Sequence[tuple[int, int, str]] = (),
-    labels: Mapping[int, int] | None = None,
 ) -> Markup:
     """``text`` as sanitised HTML. ``cite`` maps a source number to (href, title) for the
     markers to link; ``stopped_marker`` is a trailing note shown as a badge, not as text;
-    ``flagged`` are (start, end, reason) of the sentences no cited passage supports;
-    ``labels`` maps a source number to the number its links show (default: itself)."""
+    ``flagged`` are (start, end, reason) of the sentences no cited passage supports."""
     suffix = ""
     if stopped_marker and text.endswith(stopped_marker):
         text = text[: -len(stopped_marker)].rstrip()
         suffix = f'<p><span class="stopped-mark">{escape(stopped_marker)}</span></p>'
     tokens = _MD.parse(_with_sentinels(text, flagged))
     _mark_unsupported(tokens)
-    _link_citations(tokens, cite or {}, labels or {})
+    _link_citations(tokens, cite or {})
     html = _MD.renderer.render(tokens, _MD.options, {}) + suffix
     # Sanitised by an allow-list just above; no sentinel is left to reach the page.
     return Markup(_SENTINEL.sub("", sanitise(html)))  # noqa: S704
@@ -103,9 +101,7 @@ def sanitise(html: str) -> str:
     )
 
 
-def _link_citations(
-    tokens: list[Token], cite: Mapping[int, tuple[str, str]], labels: Mapping[int, int]
-) -> None:
+def _link_citations(tokens: list[Token], cite: Mapping[int, tuple[str, str]]) -> None:
     """Replace ``[n]`` in plain text (not code, not inside another link) by a link."""
     for block in tokens:
         if block.type != "inline" or not block.children:
@@ -115,15 +111,13 @@ def _link_citations(
         for token in block.children:
             in_link += {"link_open": 1, "link_close": -1}.get(token.type, 0)
             if token.type == "text" and not in_link and MARKER.search(token.content):
-                children.extend(_split_markers(token.content, cite, labels))
+                children.extend(_split_markers(token.content, cite))
             else:
                 children.append(token)
         block.children = children
 
 
-def _split_markers(
-    text: str, cite: Mapping[int, tuple[str, str]], labels: Mapping[int, int]
-) -> list[Token]:
+def _split_markers(text: str, cite: Mapping[int, tuple[str, str]]) -> list[Token]:
     pieces: list[Token] = []
     position = 0
     for match in MARKER.finditer(text):
@@ -136,8 +130,7 @@ def _split_markers(
         # html_inline tokens are written out verbatim: every piece here is escaped.
         link = Token("html_inline", "", 0)
         link.content = (
-            f'<a class="cite" href="{escape(href)}" title="{escape(title)}">'
-            f"[{int(labels.get(number, number))}]</a>"
+            f'<a class="cite" href="{escape(href)}" title="{escape(title)}">[{number}]</a>'
         )
         pieces.append(link)
         position = match.end()

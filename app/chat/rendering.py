@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from html import escape
 
 from markupsafe import Markup
@@ -18,31 +17,21 @@ UNGROUNDED_NOTE = "No source cited — this answer is not grounded in the docume
 
 
 def shown_citations(message: Message) -> tuple[Citation, ...]:
-    """An answer's citations as its reader sees them: numbered 1..n in the order its text
-    first cites them (those its text never cites follow, as stored).
+    """An answer's citations in the order its text first cites them (those its text never
+    cites follow, as stored), each with the number it had in the prompt.
 
-    The stored numbers are the prompt's source numbers, which run on across the turns of a
-    conversation ("[9]" and "[5]" in an answer with two sources); the text, the sources
-    list and the viewer's "Citation k of N" all use these instead."""
+    A source's number is fixed when it enters the prompt: the reading line, the streamed
+    text, this page, the Sources pane, the export, ``/api`` and ``/v1`` all show it, so
+    "[9]" in a later turn stays "[9]" (earlier turns' sources keep 1..8)."""
     by_number = {c.number: c for c in message.citations}
     order = cited_numbers(message.content, by_number)
     ordered = [by_number[n] for n in order]
-    ordered += [c for c in message.citations if c.number not in order]
-    return tuple(replace(c, number=shown) for shown, c in enumerate(ordered, start=1))
-
-
-def shown_numbers(message: Message) -> dict[int, int]:
-    """The number each stored citation number is shown as (see :func:`shown_citations`)."""
-    by_number = {c.number: c for c in message.citations}
-    order = cited_numbers(message.content, by_number)
-    order += [c.number for c in message.citations if c.number not in order]
-    return {stored: shown for shown, stored in enumerate(order, start=1)}
+    return tuple(ordered + [c for c in message.citations if c.number not in order])
 
 
 def render_answer(message: Message) -> Markup:
     """The answer's markdown as sanitised HTML, each valid ``[n]`` linked to its passage
-    (and shown with its number in :func:`shown_citations`) and each sentence no cited
-    passage supports marked "no source"."""
+    and each sentence no cited passage supports marked "no source"."""
     cite = {
         c.number: (c.url_in(message.id), f"{c.title}, page {c.page}") for c in message.citations
     }
@@ -56,7 +45,6 @@ def render_answer(message: Message) -> Markup:
         cite,
         stopped_marker=STOPPED,
         flagged=flagged,
-        labels=shown_numbers(message),
     )
 
 

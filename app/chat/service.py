@@ -108,6 +108,7 @@ class _Progress:
 
     partial: str | None = None
     context: TurnContext | None = None
+    grounding: Grounding | None = None  # the prompt's sources: what a stopped answer cites
     on_stored: Callable[[Message], None] | None = None  # e.g. the audit of shown sources
     settling: asyncio.Future[Message] | None = None  # the complete answer being stored
 
@@ -173,7 +174,8 @@ class ChatService:
                     yield event
         except StopRequested:  # the Stop button: store what was said and show it at once
             partial, progress.partial = progress.partial or "", None
-            stored = await self._save(question, stopped_text(partial), progress)
+            checked = (_cited_as_written(progress, partial), ())
+            stored = await self._save(question, stopped_text(partial), progress, checked)
             yield DoneEvent(stored)
         finally:
             self.running.forget(question.id)
@@ -224,8 +226,9 @@ class ChatService:
         the database); the question counts as being answered until it is stored, so a
         reconnect in between cannot start a second generation."""
         text = f"{partial} …(stopped)" if partial else "(stopped)"
+        checked = (_cited_as_written(progress, partial), ())
         future = asyncio.get_running_loop().run_in_executor(
-            None, self._store, question, text, progress
+            None, self._store, question, text, progress, checked
         )
 
         def stored(done: asyncio.Future[Message]) -> None:
@@ -253,6 +256,7 @@ class ChatService:
         model = await asyncio.to_thread(self.model_for, question.conversation_id)
         backend = await asyncio.to_thread(self.models.get, model, key)
         grounding = await asyncio.to_thread(self._grounding, backend, question, turns, hits)
+        progress.grounding = grounding
         yield ReadingEvent(tuple(grounding.reading()), query)
         prompt = grounding.prompt
         request = CompletionRequest(
@@ -366,6 +370,12 @@ class ChatService:
         if progress.on_stored is not None:
             progress.on_stored(stored)
         return stored
+
+
+def _cited_as_written(progress: _Progress, partial: str) -> tuple[Citation, ...]:
+    """What a stopped answer cites, numbered as the reader saw it stream."""
+    grounding = progress.grounding
+    return () if grounding is None or not partial else grounding.cited_as_written(partial)
 
 
 def _turn(asked: Message, answered: Message) -> Turn:

@@ -259,6 +259,7 @@ def export_markdown(conversation: Conversation, messages: list[Message]) -> str:
             lines += ["## Answer", "", message.content]
             if message.citations:
                 lines += ["", "Sources:", ""]
-                lines += [f"{c.number}. {c.title}, page {c.page}" for c in message.citations]
+                # "[n]" bullets, not "n." items: Markdown renumbers ordered lists 1, 2, ...
+                lines += [f"- [{c.number}] {c.title}, page {c.page}" for c in message.citations]
         lines.append("")
     return "\n".join(lines)

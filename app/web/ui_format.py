@@ -3,13 +3,11 @@ answer is grounded at all, and an answer's citations as numbered on the page."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
 from app.chat.records import Message
-from app.chat.rendering import UNGROUNDED_NOTE, shown_citations, shown_numbers, ungrounded
-from llm.citations import MARKER
+from app.chat.rendering import UNGROUNDED_NOTE, shown_citations, ungrounded
 
 
 def filesize(size: int) -> str:
@@ -67,15 +65,9 @@ def plain_error(error: str | None) -> str:
 
 
 def copy_text(message: Message) -> str:
-    """What an answer's Copy button copies: its text as written (Markdown), with each
-    citation marker numbered as the page shows it."""
-    numbers = shown_numbers(message)
-
-    def shown(match: re.Match[str]) -> str:
-        number = numbers.get(int(match.group(1)))
-        return match.group(0) if number is None else f"[{number}]"
-
-    return MARKER.sub(shown, message.content).strip()
+    """What an answer's Copy button copies: its text as written (Markdown), citation
+    markers included, numbered as everywhere else."""
+    return message.content.strip()
 
 
 def ungrounded_note(message: Message) -> str:
