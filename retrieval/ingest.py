@@ -83,6 +83,7 @@ class _Prepared:
     texts: list[str]
     pages: int
     started: float
+    kept: frozenset[int] = frozenset()  # ids the document held before: maybe still indexed
 
 
 class IngestWorker:
@@ -393,7 +394,7 @@ class IngestWorker:
                     count_tokens=self.embedder.count_tokens,
                 )
             ]
-            chunk_ids = self.store.replace_content(document_id, parsed, chunks)
+            stored = self.store.replace_content(document_id, parsed, chunks)
             # What the parse left out stays on the document, indexed or not (its ``error``).
             note = " ".join(parsed.warnings) or None
             self.store.set_status(document_id, DocumentStatus.EMBEDDING, note)
@@ -403,7 +404,9 @@ class IngestWorker:
             return None
         title = stored_title(parsed.title)
         texts = [embedding_text(title, chunk) for chunk in chunks]
-        return _Prepared(document_id, chunk_ids, texts, len(parsed.pages), item.started)
+        return _Prepared(
+            document_id, stored.ids, texts, len(parsed.pages), item.started, stored.kept
+        )
 
     def _index(self, item: _Prepared, vectors: Vectors) -> None:
         """SQLite first (the source of truth), then FAISS."""
@@ -411,6 +414,8 @@ class IngestWorker:
             item.document_id, item.chunk_ids, self.embedder.model_id, vectors
         )
         ids = np.asarray(item.chunk_ids, dtype=np.int64)
+        if item.kept:  # a passage kept its id: its old vector must not stay beside the new
+            self.index.remove(np.fromiter(item.kept, dtype=np.int64, count=len(item.kept)))
         self.index.add(ids, vectors)
         if self.store.get_document(item.document_id) is None:  # deleted while we were adding
             self.index.remove(ids)

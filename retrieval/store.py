@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections import defaultdict, deque
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +30,23 @@ def stored_title(title: str) -> str:
 
 class DocumentGone(Exception):
     """The document was deleted while work on it was in flight."""
+
+
+@dataclass(frozen=True)
+class StoredChunks:
+    """A document's passages as stored: their ids in order, and which of them it already
+    held (ids kept from before: their vectors may still be in the index)."""
+
+    ids: list[int]
+    kept: frozenset[int]
+
+
+_Held = dict[tuple[str | None, str], deque[int]]  # (heading, text) -> ids, oldest first
+
+
+def _take(held: _Held, key: tuple[str | None, str]) -> int | None:
+    ids = held.get(key)
+    return ids.popleft() if ids else None
 
 
 class DocumentStore:
@@ -175,14 +194,29 @@ class DocumentStore:
     # --- content ----------------------------------------------------------------------------
     def replace_content(
         self, document_id: int, parsed: ParsedDocument, chunks: Sequence[ChunkSpan]
-    ) -> list[int]:
-        """Store pages and chunks (dropping any from an interrupted run); returns chunk ids."""
+    ) -> StoredChunks:
+        """Store pages and chunks, in the order of ``chunks``.
+
+        A passage is its document plus its content: one whose heading and text the
+        document already holds keeps its id (and so every citation of it, and its vector),
+        with its place updated; the rest are new, and passages no longer there go. So
+        re-ingesting an unchanged file changes no passage id, and an interrupted run's
+        passages are reused rather than duplicated."""
         with self.db.write() as db:
             if db.execute("SELECT 1 FROM documents WHERE id = ?", [document_id]).fetchone() is None:
                 raise DocumentGone(document_id)
-            db.execute("DELETE FROM chunks WHERE document_id = ?", [document_id])
+            held: _Held = defaultdict(deque)
+            for chunk_id, heading, text in db.execute(
+                "SELECT id, heading, text FROM chunks WHERE document_id = ? ORDER BY id",
+                [document_id],
+            ):
+                held[(heading, text)].append(int(chunk_id))
+            kept = [_take(held, (c.heading, c.text)) for c in chunks]
+            gone = [(chunk_id,) for ids in held.values() for chunk_id in ids]
+            db.conn.executemany("DELETE FROM chunks WHERE id = ?", gone)
             db.execute("DELETE FROM pages WHERE document_id = ?", [document_id])
-            # The title first: the full-text trigger copies it into each chunk's row.
+            # The title first: the full-text trigger copies it into each chunk's row (and
+            # another trigger renews it in the rows of kept chunks).
             db.execute(
                 "UPDATE documents SET title = ?, page_count = ?, chunk_count = ?, updated_at = ?"
                 " WHERE id = ?",
@@ -198,19 +232,22 @@ class DocumentStore:
                 {"document_id": document_id, "number": page.number, "text": page.text}
                 for page in parsed.pages
             )
-            db.conn.executemany(
-                'INSERT INTO chunks (document_id, page, start, "end", heading, text)'
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                ((document_id, c.page, c.start, c.end, c.heading, c.text) for c in chunks),
-            )
-            # AUTOINCREMENT ids grow in insertion order, so this is the order of ``chunks``.
-            chunk_ids = [
-                int(row[0])
-                for row in db.execute(
-                    "SELECT id FROM chunks WHERE document_id = ? ORDER BY id", [document_id]
+            ids: list[int] = []
+            for chunk, chunk_id in zip(chunks, kept, strict=True):
+                if chunk_id is not None:
+                    db.execute(
+                        'UPDATE chunks SET page = ?, start = ?, "end" = ? WHERE id = ?',
+                        [chunk.page, chunk.start, chunk.end, chunk_id],
+                    )
+                    ids.append(chunk_id)
+                    continue
+                cursor = db.execute(
+                    'INSERT INTO chunks (document_id, page, start, "end", heading, text)'
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    [document_id, chunk.page, chunk.start, chunk.end, chunk.heading, chunk.text],
                 )
-            ]
-        return chunk_ids
+                ids.append(int(cursor.lastrowid or 0))
+        return StoredChunks(ids, frozenset(i for i in kept if i is not None))
 
     def save_embeddings(
         self, document_id: int, chunk_ids: Sequence[int], model_id: str, vectors: Vectors

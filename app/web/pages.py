@@ -111,15 +111,36 @@ async def page_view(
     passage = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
     if passage is not None and (passage.document_id, passage.page) != (document_id, page):
         passage = None
-    body = highlight_passage(
-        text, passage.start if passage else None, passage.end if passage else None
-    )
+    span = (passage.start, passage.end) if passage else (None, None)
+    changed = None  # what a citation of the answer quoted, when its passage is gone
+    if chunk is not None and passage is None and answer is not None:
+        quoted = await asyncio.to_thread(_quoted, services, answer, chunk)
+        at = text.find(quoted) if quoted else -1
+        if quoted and at >= 0:  # re-chunked, same words: the citation still points at them
+            span = (at, at + len(quoted))
+        else:
+            changed = quoted
+    body = highlight_passage(text, *span)
     nav = None
     if answer is not None:
         nav = await asyncio.to_thread(
             citation_nav, services, answer, document_id, page, chunk if passage else None
         )
-    return {"document": document, "page": page, "body": body, "passage": passage, "nav": nav}
+    return {
+        "document": document,
+        "page": page,
+        "body": body,
+        "passage": passage or span[0] is not None,
+        "nav": nav,
+        "changed": changed,
+    }
+
+
+def _quoted(services: Services, answer_id: int, chunk_id: int) -> str | None:
+    """The passage text an answer's citation of ``chunk_id`` recorded (its snippet)."""
+    answer = services.conversations.message(answer_id)
+    cited = [c for c in answer.citations if c.chunk_id == chunk_id] if answer else []
+    return cited[0].snippet if cited else None
 
 
 class Partials(Controller):
