@@ -113,3 +113,28 @@ def test_copy_text_keeps_the_markers_as_numbered_on_the_page() -> None:
         0.0,
     )
     assert copy_text(answer) == "Noon [9], daily [5]; see [9]. Not a source: [42]."  # as shown
+
+
+def test_regenerate_samples_with_a_fresh_seed_and_keeps_no_duplicate(
+    client: TestClient[Any],
+) -> None:
+    indexed_document(client)
+    model = fake_model(client)
+    model.enqueue(["Noon", " daily [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    page = client.get(f"/c/{conversation}").text
+    first = int(re.findall(r'id="message-(\d+)"', page)[-1])
+    assert model.history[-1].params.temperature == 0 and model.history[-1].params.seed is None
+
+    done = regenerate(client, first, "Noon", " daily [1].")  # the same words again
+    again = model.history[-1].params
+    assert again.temperature >= 0.8 and again.seed is not None  # sampled, not greedy
+    assert "the model gave the same answer" in done and versions_shown(done) == []
+    page = client.get(f"/c/{conversation}").text
+    assert page.count('class="msg assistant') == 1 and versions_shown(page) == []  # one version
+
+    current = int(re.findall(r'id="message-(\d+)"', page)[-1])
+    done = regenerate(client, current, "At", " twelve [1].")
+    assert "At twelve" in done and versions_shown(done) == ["2/2"]
+    seeds = {request.params.seed for request in model.history[-2:]}
+    assert len(seeds) == 2  # each regeneration draws its own seed

@@ -148,6 +148,13 @@ class Conversations:
         )
         return Message.from_row(rows[0]) if rows else None
 
+    def earlier_answers(self, question: Message) -> list[str]:
+        """The texts of every answer ``question`` has had (superseded ones included)."""
+        rows = self.db.read().execute(
+            "SELECT content FROM messages WHERE reply_to = ? ORDER BY id", [question.id]
+        )
+        return [str(row[0]) for row in rows]
+
     def is_current(self, answer: Message) -> bool:
         """Whether ``answer`` is its question's current answer (not a superseded version)."""
         row = (

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Any
 
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.conversations import Conversations
@@ -36,6 +38,7 @@ from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
 
+REGENERATE_TEMPERATURE = 0.8  # an answer written again samples at least this warm
 _Checked = tuple[tuple[Citation, ...], tuple[Unsupported, ...]]  # what an answer cites, and
 # which of its sentences no source supports
 
@@ -96,6 +99,7 @@ class DoneEvent:
     message: Message
     looped: bool = False  # the repetition guard cut the answer short
     usage: Usage | None = None  # the model's token counts; None when no model ran
+    repeated: bool = False  # written again, it came out as an earlier version: kept that one
 
 
 ChatEvent = ReadingEvent | TokenEvent | CheckingEvent | DoneEvent
@@ -247,9 +251,18 @@ class ChatService:
         turns = await asyncio.to_thread(self.conversations.turns_before, question)
         query = conversation_query([asked.content for asked, _ in turns] + [question.content])
         hits = await asyncio.to_thread(self.retrieve, query, scope)
+        earlier = await asyncio.to_thread(self.conversations.earlier_answers, question)
         if not hits:
             progress.context = TurnContext(NOTHING_FOUND, query=query)
             yield TokenEvent(NOTHING_FOUND)
+            if NOTHING_FOUND in earlier:  # written again, nothing is found again
+                version = earlier.index(NOTHING_FOUND) + 1
+                kept = await asyncio.to_thread(
+                    self.conversations.choose_version, question.id, version
+                )
+                if kept is not None:
+                    yield DoneEvent(kept, repeated=True)
+                    return
             yield DoneEvent(await self._save(question, NOTHING_FOUND, progress))
             return
         key = f"conversation:{question.conversation_id}"
@@ -263,8 +276,8 @@ class ChatService:
             prompt=prompt.text,
             params=SamplingParams(
                 max_tokens=self.config.max_answer_tokens,
-                temperature=self.config.temperature,
                 stop=prompt.stop,
+                **self._sampling(again=bool(earlier)),
             ),
             cache_key=key,
             deadline=time.monotonic() + self.config.timeout_s,
@@ -304,6 +317,10 @@ class ChatService:
                 if asked
                 else checked
             )
+            if answer in earlier:  # the same words again: show that version, add none
+                kept = self.conversations.choose_version(question.id, earlier.index(answer) + 1)
+                if kept is not None:
+                    return kept
             return self._store(question, answer, progress, (citations, unsupported))
 
         # Started before anything else is awaited, and shielded: a client that leaves
@@ -312,7 +329,17 @@ class ChatService:
         if asked:
             yield CheckingEvent(asked)
         stored = await asyncio.shield(progress.settling)
-        yield DoneEvent(stored, looped=guard.repeated, usage=usage)
+        repeated = stored.content in earlier
+        yield DoneEvent(stored, looped=guard.repeated, usage=usage, repeated=repeated)
+
+    def _sampling(self, *, again: bool) -> dict[str, Any]:
+        """How the answer is sampled: as configured (greedy by default), or, written
+        again (Regenerate), at least at REGENERATE_TEMPERATURE with a fresh seed, since a
+        greedy model would write the same words."""
+        if not again:
+            return {"temperature": self.config.temperature}
+        temperature = max(self.config.temperature, REGENERATE_TEMPERATURE)
+        return {"temperature": temperature, "seed": secrets.randbelow(2**31)}
 
     def model_for(self, conversation_id: int) -> str:
         """The conversation's chosen model while chat offers it and the registry serves

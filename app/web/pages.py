@@ -304,7 +304,7 @@ async def html_events(
                 services = request.app.state.services
                 documents = await asyncio.to_thread(cited_documents, services, event.message)
                 html = templates.get_template("_answer_done.html").render(
-                    message=event.message, documents=documents
+                    message=event.message, documents=documents, repeated=event.repeated
                 )
                 yield ServerSentEventMessage(data=html, event="done")
     except AppError as exc:
