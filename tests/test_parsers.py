@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -294,3 +295,26 @@ def test_docx_entities_declared_late_or_in_utf16_are_refused() -> None:
     )
     with pytest.raises(ParseError, match="entity"):
         parse(replace_in_zip(base, "word/styles.xml", utf16), "utf16.docx")
+
+
+@pytest.mark.parametrize(
+    ("core_title", "blocks", "expected"),
+    [
+        ("Document1", [("p", "Body only.")], "travel-policy"),  # the file's name
+        ("Document1", [("h1", "Travel policy"), ("p", "Body.")], "Travel policy"),
+        ("Microsoft Word - old.doc", [("p", "Body only.")], "travel-policy"),
+        ("Untitled document", [("p", "Body only.")], "travel-policy"),
+        ("Expenses and travel 2026", [("h1", "Intro"), ("p", "Body.")], "Expenses and travel 2026"),
+    ],
+)
+def test_docx_titles_skip_placeholders(core_title: str, blocks: Any, expected: str) -> None:
+    import io
+
+    import docx
+
+    document = docx.Document(io.BytesIO(make_docx(blocks)))
+    document.core_properties.title = core_title
+    out = io.BytesIO()
+    document.save(out)
+    parsed = parse_document(out.getvalue(), DocumentKind.DOCX, "travel-policy.docx")
+    assert parsed.title == expected

@@ -12,6 +12,7 @@ from docx.text.paragraph import Paragraph
 
 from retrieval.parsers.docx_archive import check_archive
 from retrieval.parsers.text import clean_text, single_page
+from retrieval.parsers.titles import named_title
 from retrieval.types import Block, ParsedDocument
 
 
@@ -27,7 +28,7 @@ def parse_docx(data: bytes, fallback_title: str) -> ParsedDocument:
                 blocks.append(Block(text, is_heading=is_heading(item)))
         elif isinstance(item, Table):
             blocks.extend(_table_rows(item))
-    title = (document.core_properties.title or "").strip()
+    title = named_title(document.core_properties.title or "")  # not "Document1"
     if not title:
         title = next((b.text for b in blocks if b.is_heading), fallback_title)
     return single_page(title, blocks)

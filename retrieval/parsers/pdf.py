@@ -10,7 +10,6 @@ a declared dependency; without it pypdf raises DependencyError, reported as a re
 from __future__ import annotations
 
 import io
-import re
 
 from pypdf import PdfReader
 from pypdf.errors import (
@@ -29,6 +28,7 @@ from retrieval.parsers.ocr import (
     recognise_pages,
 )
 from retrieval.parsers.text import clean_text, paragraphs
+from retrieval.parsers.titles import named_title
 from retrieval.types import Block, ParsedDocument, ParsedPage
 
 MAX_PAGES = 5000
@@ -108,21 +108,6 @@ def _pdf_paragraphs(text: str) -> list[Block]:
 # Titles that name no document: what producers write when nobody typed one, prefixes they
 # add ("Microsoft Word - policy.docx"), and the file names some put there instead (the
 # file converted to PDF: "policy.html"). The uploaded file's name is better than any of them.
-_PRODUCER_PREFIX = re.compile(
-    r"^(?:microsoft\s+(?:word|excel|powerpoint)|libreoffice)\s*-\s*", re.I
-)
-_GENERIC_TITLE = re.compile(
-    r"^(?:untitled(?:\s+document)?|no\s+title|title|none|null|unknown|"
-    r"(?:document|doc|book|presentation|slide|page|sheet)\s*\d*)$",
-    re.I,
-)
-_OTHER_FILE_NAME = re.compile(
-    r"^\S.*\.(?:html?|xhtml|docx?|dotx?|rtf|odt|ods|odp|txt|md|markdown|tex|xlsx?|pptx?|csv|"
-    r"xml|indd|pages|key|numbers|ps|eps|ai|psd|png|jpe?g|gif|tiff?|bmp|svg|wpd|pub|eml|msg)$",
-    re.I,
-)
-
-
 def _title(reader: PdfReader) -> str | None:
     """The metadata title, unless it names no document (empty, a producer's placeholder,
     another file's name): then None, and the uploaded file's name is used."""
@@ -130,8 +115,4 @@ def _title(reader: PdfReader) -> str | None:
         title = reader.metadata.title if reader.metadata else None
     except Exception:  # metadata of a broken file is optional
         return None
-    cleaned = _PRODUCER_PREFIX.sub("", " ".join(str(title or "").split()))
-    name = re.split(r"[\\/]", cleaned)[-1]  # "C:\\Users\\me\\policy.doc": its last part
-    if not cleaned or _GENERIC_TITLE.match(cleaned) or _OTHER_FILE_NAME.match(name):
-        return None
-    return cleaned
+    return named_title(str(title or ""))
