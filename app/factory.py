@@ -24,7 +24,7 @@ from app.openai.errors import openai_error_handler
 from app.ops.drain import Drain, DrainGate
 from app.sources.scheduler import sources_lifespan
 from app.web.admin_pages import AccountPages, AdminPages
-from app.web.api import ChatApi, DocumentsApi, SearchApi
+from app.web.api import ChatApi, DocumentsApi, PrefetchApi, SearchApi
 from app.web.api_accounts import GroupsApi, KeysApi, UsersApi
 from app.web.api_library import CollectionsApi, ConversationsApi
 from app.web.api_sources import SourcesApi
@@ -114,6 +114,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             DocumentsApi,
             SearchApi,
             ChatApi,
+            PrefetchApi,
             CollectionsApi,
             ConversationsApi,
             SourcesApi,

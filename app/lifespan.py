@@ -138,9 +138,11 @@ def _load_retrieval(services: Services) -> Retrieval:
 
 
 def _load_chat(services: Services, retriever: Retriever, models: Registry) -> ChatService:
-    return ChatService(
+    chat = ChatService(
         services.conversations, retriever, models, ChatConfig.from_settings(services.settings)
     )
+    chat.prefetcher.count = services.metrics.prefetched
+    return chat
 
 
 def _submit_samples(services: Services, samples_dir: Path) -> None:

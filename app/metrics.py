@@ -60,6 +60,14 @@ class Metrics:
             "ragdesk_rejected_requests", "Refused before inference.", ["model", "reason"],
             registry=r,
         )  # fmt: skip
+        self.prefetches = Counter(
+            "ragdesk_prefetches", "Prefetches on draft questions by outcome.", ["outcome"],
+            registry=r,
+        )  # fmt: skip
+        self.prefetch_cached = Counter(
+            "ragdesk_prefetch_cached_prompt_tokens",
+            "Prompt tokens found cached by answers whose draft was prefetched.", registry=r,
+        )  # fmt: skip
         self.drafted = Counter(
             "ragdesk_speculative_drafted_tokens", "Drafted tokens checked by the model.",
             ["model", "method"], registry=r,
@@ -87,6 +95,13 @@ class Metrics:
 
     def rejected(self, model: str, reason: str) -> None:
         self.rejects.labels(model, reason).inc()
+
+    def prefetched(self, outcome: str, cached_tokens: int) -> None:
+        """A prefetch on a draft question (app/chat/prefetch.py): started, used, wasted or
+        skipped; a used one counts the prompt tokens its answer found cached."""
+        self.prefetches.labels(outcome).inc()
+        if cached_tokens:
+            self.prefetch_cached.inc(cached_tokens)
 
     def speculated(self, model: str, method: str, drafted: int, accepted: int) -> None:
         """A finished request's speculative drafts (``SpeculationObserver``)."""

@@ -75,6 +75,17 @@ class ChatIn(msgspec.Struct, forbid_unknown_fields=True):
     conversation_id: Annotated[int, msgspec.Meta(ge=1, le=MAX_ROW_ID)] | None = None
 
 
+class PrefetchIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A question still being typed (``POST /api/prefetch``)."""
+
+    draft: Annotated[str, msgspec.Meta(max_length=4000)]
+    conversation_id: Annotated[int, msgspec.Meta(ge=1, le=MAX_ROW_ID)] | None = None
+
+
+class PrefetchOut(msgspec.Struct):
+    status: str  # started, skipped, short, off
+
+
 class CitationOut(msgspec.Struct):
     """A source an answer cites as ``[number]`` (native API and grounded ``/v1`` alike);
     ``url`` opens the viewer there."""

@@ -70,6 +70,8 @@ class FakeBackend:
     prompt_format: PromptFormat = field(default_factory=CompletionFormat)
     chat_template: ChatTemplate | None = None  # set one to test template rendering
     history: list[CompletionRequest] = field(default_factory=list)
+    prefetched: list[CompletionRequest] = field(default_factory=list)  # prefill-only ones
+    prefetches: bool = True  # takes prefill-only requests (see ``CompletionRequest``)
     _scripted: deque[list[str]] = field(default_factory=deque)
     _running: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -85,6 +87,11 @@ class FakeBackend:
         budget = self._budget(request, prompt_tokens)
         if prompt_tokens + budget > self.context_tokens:
             raise ContextOverflow(prompt_tokens, budget, self.context_tokens)
+        if request.prefill_only:  # a prefetch: recorded, nothing scripted is spent on it
+            self.prefetched.append(request)
+            done = Completion()
+            done.push(Finished("stop", Usage(prompt_tokens, 0, 0), self.name))
+            return done
         with self._lock:
             self.history.append(request)
             tokens = self._scripted.popleft() if self._scripted else _quote(request.prompt)

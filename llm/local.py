@@ -57,6 +57,8 @@ class LocalModelConfig:
 class LocalModel:
     """A GGUF model served by Ragdesk's own continuous-batching engine."""
 
+    prefetches = True  # prefill-only requests warm its KV cache (``CompletionRequest``)
+
     def __init__(self, config: LocalModelConfig, observer: EngineObserver | None = None):
         from llm.engine.native import NativeConfig, NativeModel  # loads llama.cpp: on use
 

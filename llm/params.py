@@ -54,6 +54,11 @@ class CompletionRequest:
     ``grammar`` is GBNF (see ``llm.engine.grammar`` for JSON schemas). ``cache_key`` names
     a conversation whose KV state may be kept on disk between turns. ``deadline`` is a
     ``time.monotonic()`` instant after which the request is abandoned.
+
+    A ``prefill_only`` request computes its prompt's KV cells for a later request that
+    starts the same way (prefetch on a draft question) and generates nothing. It has the
+    lowest priority: refused while anything else runs or waits, and cancelled between two
+    of its chunks as soon as a real request comes; what it computed by then stays cached.
     """
 
     prompt: str
@@ -61,6 +66,7 @@ class CompletionRequest:
     grammar: str | None = None
     cache_key: str | None = None
     deadline: float | None = None
+    prefill_only: bool = False
 
     def expired(self, now: float | None = None) -> bool:
         return self.deadline is not None and (now or time.monotonic()) >= self.deadline

@@ -181,3 +181,32 @@ def test_follow_ups_are_scored_in_their_conversation_and_standalone(tmp_path: Pa
     assert "Is the leave paid?" in asked[2] and "How many days" not in asked[2]  # its own
     recall = follow_up_recall(chat.retriever, conversations, 5, {1: "p.md"})
     assert recall.follow_ups == 1 and recall.in_conversation == recall.standalone == 1.0
+
+
+def test_a_follow_up_leans_on_the_questions_back_to_the_one_that_named_its_subject() -> None:
+    from retrieval.followup import leaned_on
+
+    first = "Which is Norway's only active volcano?"
+    assert leaned_on([first, "When did it erupt?", "And how tall is it?"]) == (
+        first,
+        "When did it erupt?",
+    )
+    assert leaned_on([first, "What is the capital of France?"]) == ()
+    assert leaned_on([first]) == ()
+
+
+def test_the_answer_check_shows_a_follow_up_after_the_question_it_leans_on() -> None:
+    from llm.answer_check import check_request
+    from llm.prompt import ChatTemplateFormat, Source
+
+    template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
+    prompt_format = ChatTemplateFormat(template, bos_token="", eos_token="</s>")
+    passage = Source(1, "Norway", 1, "Beerenberg on Jan Mayen is 2,277 m high.")
+    request = check_request(
+        prompt_format, "How high is it?", [passage], ["Which is Norway's only active volcano?"]
+    )
+    assert request is not None
+    assert (
+        "Earlier question: Which is Norway's only active volcano?\nQuestion: How high is it?"
+        in request.prompt
+    )

@@ -63,6 +63,7 @@ class Grounding:
 
     prompt: Prompt
     shown: Mapping[int, Citation]
+    asked_before: tuple[str, ...] = ()  # the earlier questions a follow-up leans on
 
     @classmethod
     def build(
@@ -74,6 +75,7 @@ class Grounding:
         history: Sequence[Turn] = (),
         earlier: Mapping[int, Citation] | None = None,
         answer_tokens: int,
+        asked_before: Sequence[str] = (),
     ) -> Grounding:
         """The prompt for ``question`` over ``hits`` after ``history``, fitted to the
         backend's context less ``answer_tokens``; ``earlier`` are the citations of the
@@ -88,7 +90,7 @@ class Grounding:
             count_tokens=backend.count_tokens,
         )
         shown = {**(earlier or {}), **{hit.chunk_id: citation_of(hit) for hit in hits}}
-        return cls(prompt, shown)
+        return cls(prompt, shown, tuple(asked_before))
 
     @classmethod
     def of_turn(cls, question: str, context: TurnContext) -> Grounding:
@@ -163,7 +165,10 @@ class Grounding:
         if not passages:
             return checked
         question = self.prompt.turn.question
-        if passages_state_answer(backend, question, passages, deadline=deadline) is False:
+        verdict = passages_state_answer(
+            backend, question, passages, asked_before=self.asked_before, deadline=deadline
+        )
+        if verdict is False:
             return NOT_STATED, (), ()
         return checked
 

@@ -191,13 +191,13 @@ class Conversations:
 
     def turns_before(self, question: Message) -> list[tuple[Message, Message]]:
         """Earlier (question, answer) pairs of the conversation, oldest first."""
-        messages = self.messages(question.conversation_id)
+        return [t for t in self.turns(question.conversation_id) if t[0].id < question.id]
+
+    def turns(self, conversation_id: int) -> list[tuple[Message, Message]]:
+        """The conversation's answered (question, answer) pairs, oldest first."""
+        messages = self.messages(conversation_id)
         answers = {m.reply_to: m for m in messages if m.reply_to is not None}
-        return [
-            (m, answers[m.id])
-            for m in messages
-            if m.role == "user" and m.id < question.id and m.id in answers
-        ]
+        return [(m, answers[m.id]) for m in messages if m.role == "user" and m.id in answers]
 
     # --- managing conversations from the UI (rename, pin, delete, edit, regenerate) ---------
     def listing(

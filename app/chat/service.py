@@ -13,6 +13,7 @@ from typing import Any
 
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.conversations import Conversations
+from app.chat.prefetch import Prefetcher
 from app.chat.records import Citation, Conversation, Message, ShownSource, TurnContext
 from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
 from app.config.settings import Settings
@@ -32,7 +33,7 @@ from llm.registry import Registry
 from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
 from retrieval.focus import focus
-from retrieval.followup import conversation_query
+from retrieval.followup import conversation_query, leaned_on
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
@@ -54,6 +55,7 @@ class ChatConfig:
     passage_chars: int = 0  # longer passages are focused on the question (0: shown whole)
     withhold_unsupported: bool = True  # an answer no source supports anywhere is not shown
     check_answers: bool = True  # ask the model whether the cited passages state the answer
+    prefetch: bool = True  # prefill the prompt of a draft question (app/chat/prefetch.py)
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str | None = None) -> ChatConfig:
@@ -68,6 +70,7 @@ class ChatConfig:
             passage_chars=settings.search.passage_chars,
             withhold_unsupported=settings.generation.withhold_unsupported,
             check_answers=settings.generation.check_answers,
+            prefetch=settings.generation.prefetch,
         )
 
 
@@ -140,6 +143,7 @@ class ChatService:
         self.config = config
         self._answering: set[int] = set()
         self.running = RunningAnswers()  # what the Stop button can cancel
+        self.prefetcher = Prefetcher(self, enabled=config.prefetch)
 
     def ask(
         self, question: str, conversation_id: int | None, owner: int | None = None
@@ -268,10 +272,11 @@ class ChatService:
         key = f"conversation:{question.conversation_id}"
         model = await asyncio.to_thread(self.model_for, question.conversation_id)
         backend = await asyncio.to_thread(self.models.get, model, key)
-        grounding = await asyncio.to_thread(self._grounding, backend, question, turns, hits)
+        grounding = await asyncio.to_thread(self.grounding, backend, question.content, turns, hits)
         progress.grounding = grounding
         yield ReadingEvent(tuple(grounding.reading()), query)
         prompt = grounding.prompt
+        prefetched = self.prefetcher.used_by(prompt.text)
         request = CompletionRequest(
             prompt=prompt.text,
             params=SamplingParams(
@@ -303,6 +308,8 @@ class ChatService:
                 else:
                     usage = event.usage
             completed = True
+            if prefetched:
+                self.prefetcher.count("used", usage.cached_tokens if usage else 0)
         finally:
             if not completed:  # the client left (leaving the loop cancelled the request)
                 progress.partial = guard.text.strip()
@@ -353,10 +360,10 @@ class ChatService:
             return self.config.model
         return chosen
 
-    def _grounding(
+    def grounding(
         self,
         backend: Backend,
-        question: Message,
+        question: str,
         turns: list[tuple[Message, Message]],
         hits: list[Hit],
     ) -> Grounding:
@@ -371,11 +378,12 @@ class ChatService:
         try:
             return Grounding.build(
                 backend,
-                question=question.content,
+                question=question,
                 hits=hits,
                 history=[_turn(asked, answered) for asked, answered in turns],
                 earlier=earlier,
                 answer_tokens=self.config.max_answer_tokens,
+                asked_before=leaned_on([asked.content for asked, _ in turns] + [question]),
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc

@@ -40,6 +40,8 @@ from app.schemas import (
     CitationOut,
     DocumentList,
     DocumentOut,
+    PrefetchIn,
+    PrefetchOut,
     RowId,
     SearchIn,
     SearchOut,
@@ -115,6 +117,32 @@ class SearchApi(Controller):
         query = clean_question(data.query)
         result = await asyncio.to_thread(retrieval.retriever.search, query, data.k)
         return SearchOut.of(result.hits)
+
+
+class PrefetchApi(Controller):
+    path = "/api/prefetch"
+    dependencies = {
+        "chat": Provide(provide_chat, sync_to_thread=False),
+        "services": Provide(provide_services, sync_to_thread=False),
+    }
+
+    @post(status_code=202)
+    async def prefetch(
+        self, data: PrefetchIn, chat: ChatService, services: Services
+    ) -> PrefetchOut:
+        """The question being typed: retrieve for it and prefill its prompt up to the
+        question at the lowest priority, so ``POST /api/chat`` with the finished question
+        starts sooner (app/chat/prefetch.py). ``status``: ``started``, ``skipped`` (busy,
+        nothing found), ``short`` (fewer than three words) or ``off``. The draft is not
+        stored; it never changes the answer."""
+        await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
+        status = await chat.prefetcher.draft(_asker(), data.draft, data.conversation_id)
+        return PrefetchOut(status)
+
+
+def _asker() -> str:
+    """Whose drafts replace each other: the signed-in user (one prefetch at a time each)."""
+    return f"user:{current_user_id()}"
 
 
 class ChatApi(Controller):

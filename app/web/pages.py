@@ -189,6 +189,25 @@ class Partials(Controller):
             headers={"HX-Push-Url": f"/c/{conversation.id}"} if conversation_id is None else {},
         )
 
+    @post("/prefetch", status_code=204)
+    async def prefetch(
+        self,
+        data: Annotated[AskForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+        chat: ChatService,
+        services: Services,
+    ) -> None:
+        """The question box while it is typed in (htmx, after a pause): prefill its
+        answer's prompt at the lowest priority (app/chat/prefetch.py). Nothing is stored."""
+        conversation_id = form_row_id(data.conversation_id)
+        await asyncio.to_thread(require_conversation, services.auth, conversation_id)
+        scope = model = None
+        if data.scope is not None:
+            scope = await asyncio.to_thread(choose_scope, services, data.scope)
+        if data.model:
+            model = await asyncio.to_thread(choose_model, services, data.model)
+        asker = f"user:{current_user_id()}"
+        await chat.prefetcher.draft(asker, data.message, conversation_id, scope=scope, model=model)
+
     @get("/answers/{question_id:int}/stream")
     async def answer_stream(
         self,

@@ -196,7 +196,11 @@ def model_context(services: Services, conversation: Conversation | None) -> dict
     offered = ChatModels(services.db, services.settings).offered(served_models(services))
     chosen = conversation.model if conversation else None
     names = {m.name for m in offered[1:]}
-    return {"model_choices": offered, "chosen_model": chosen if chosen in names else ""}
+    return {
+        "model_choices": offered,
+        "chosen_model": chosen if chosen in names else "",
+        "prefetch": services.settings.generation.prefetch,  # the question box sends drafts
+    }
 
 
 def choose_model(services: Services, raw: str) -> str | None:

@@ -55,6 +55,9 @@ class EngineConfig:
     # every decode step to a fixed row count makes greedy output independent of load, at a
     # cost in single-stream speed (docs/BENCHMARKS.md). Needs one spare sequence id.
     batch_invariant: bool = False
+    # A prefill-only request (prefetch) prefills in chunks this small, so a real request
+    # that arrives meanwhile waits for one short chunk at most (~1 s on 2 CPU cores).
+    background_chunk: int = 128
 
 
 class EngineObserver(Protocol):
@@ -118,6 +121,8 @@ class Engine:
         with self._wake:
             if self._closing:
                 raise Overloaded("the model is being unloaded")
+            if request.prefill_only and (self._waiting or self._foreground()):
+                raise Overloaded("busy: a prefetch runs only on an idle engine")
             if (
                 len(self._waiting) >= self.config.max_waiting
                 or self._waiting_tokens + len(prompt) > self.config.max_waiting_tokens
@@ -204,10 +209,14 @@ class Engine:
     def _running(self) -> list[Seq]:
         return self._cache.busy()
 
+    def _foreground(self) -> list[Seq]:
+        return [s for s in self._running() if not s.request.prefill_only]
+
     def _step(self) -> None:
         now = time.monotonic()
+        yielding = bool(self._waiting or self._foreground())  # a real request comes first
         for seq in self._running():
-            if seq.completion.cancelled:
+            if seq.completion.cancelled or (yielding and seq.request.prefill_only):
                 self._finish(seq, "cancelled")
             elif seq.request.expired(now):
                 self._finish(seq, "deadline", "the request ran past its deadline")
@@ -225,7 +234,10 @@ class Engine:
             prefilling = [s for s in self._running() if s.prefilling]
             if not prefilling:
                 return
-            spent += self._prefill_chunk(min(prefilling, key=lambda s: s.submitted))
+            first = min(prefilling, key=lambda s: (s.request.prefill_only, s.submitted))
+            if first.request.prefill_only and (spent or self._waiting):
+                return  # only on an otherwise idle engine, one short chunk between checks
+            spent += self._prefill_chunk(first)
             self._admit()
 
     def _decode_step(self, seqs: list[Seq]) -> None:
@@ -296,6 +308,8 @@ class Engine:
         n = self.native
         n.clear_batch()
         chunk = self.config.prefill_chunk
+        if seq.request.prefill_only and not self.config.batch_invariant:  # there: as cold
+            chunk = min(chunk, self.config.background_chunk)
         end = min(len(seq.prompt), (seq.done // chunk + 1) * chunk)
         for i in range(seq.done, end):
             n.add(seq.prompt[i], i, seq.slot.seq_id, i == len(seq.prompt) - 1)
@@ -306,7 +320,10 @@ class Engine:
         seq.done = end
         seq.slot.prefilled = end
         if not seq.prefilling:
-            self._sample(seq, n.batch_size - 1)
+            if seq.request.prefill_only:  # its cells are the point; nothing to generate
+                self._finish(seq, "stop")
+            else:
+                self._sample(seq, n.batch_size - 1)
         return size
 
     def _decode(self, batch: list[Seq]) -> bool:
@@ -375,7 +392,7 @@ class Engine:
                 self._disk.save(seq.request.cache_key, SavedState(list(slot.tokens), state))
         usage = seq.usage()
         seq.completion.push(Finished(reason, usage, self.name, error, status))
-        if self._observer:
+        if self._observer and not seq.request.prefill_only:  # requests people wait for
             self._observer.finished(self.name, usage, reason)
         if self._spec_observer and self._speculation and seq.spec.drafted:
             method, spec = self._speculation.method, seq.spec

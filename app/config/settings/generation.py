@@ -188,6 +188,13 @@ class GenerationSettings(Section):
         description="Replace an answer that no cited passage supports anywhere with "
         "'The documents do not cover this' (it is almost always invented).",
     )
+    prefetch: bool = Field(
+        True,
+        description="While a question is typed in the web chat (or sent to POST "
+        "/api/prefetch), retrieve for the draft and prefill its grounded prompt up to the "
+        "question at the lowest priority, so the answer starts sooner; never delays a real "
+        "request, never changes an answer; drafts are not stored.",
+    )
     check_answers: bool = Field(
         True,
         description="After a cited answer, ask the chat model (one token) whether the "

@@ -1,0 +1,155 @@
+"""Prefill on the draft: the answer's prompt is read while the question is still typed.
+
+On a CPU the first token of a grounded answer waits seconds for prefill of the passages.
+While a question is being typed, its draft is retrieved for and the grounded prompt up to
+where the question starts (instructions, the conversation so far, the numbered sources)
+is prefilled into the engine's KV cache by a prefill-only request: lowest priority, never
+while anything else runs, cancelled by the next draft and by any real request. On Send the
+answer is built exactly as without a prefetch; when its prompt starts with the prefetched
+text, the engine finds those tokens cached and only the question is left to read. The
+answer never depends on a prefetch, and drafts are neither stored nor logged: only counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from app.chat.answering import Grounding
+from llm.channel import Completion
+from llm.params import CompletionRequest, EngineError, SamplingParams
+from retrieval.followup import conversation_query
+
+if TYPE_CHECKING:
+    from app.chat.service import ChatService
+    from llm.backend import Backend
+
+log = logging.getLogger(__name__)
+
+MIN_DRAFT_WORDS = 3  # fewer rarely retrieve what the finished question will
+MAX_DRAFT_CHARS = 4000
+REMEMBERED = 64  # prefetched prompt prefixes kept to recognise their use
+MAX_AGE = 600.0  # seconds: a prefix older than this counts as wasted
+DEADLINE_S = 120.0
+_QUESTION_MARK = "RAGDESKDRAFTQUESTIONRAGDESK"  # stands in for the question in the prompt
+
+# outcome ("started", "used", "wasted", "skipped") and, for "used", the prompt tokens the
+# answer found cached: for /metrics
+Count = Callable[[str, int], None]
+
+
+class Prefetcher:
+    """One prefetch in flight per asker (a new draft cancels the last), and the prefixes
+    of recent ones, to tell used from wasted when a real answer starts."""
+
+    def __init__(self, chat: ChatService, *, enabled: bool, count: Count | None = None):
+        self.chat = chat
+        self.enabled = enabled
+        self.count = count or (lambda outcome, tokens: None)
+        self._running: dict[str, Completion] = {}  # asker -> its prefetch in flight
+        self._prefixes: OrderedDict[str, float] = OrderedDict()  # prefix -> when it started
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def draft(
+        self,
+        asker: str,
+        text: str,
+        conversation_id: int | None,
+        *,
+        scope: frozenset[int] | None = None,
+        model: str | None = None,
+    ) -> str:
+        """Prefetch for the draft ``text`` of ``asker`` (a user or session key) in a
+        conversation (None: a new one), searching ``scope`` (None: the conversation's) with
+        ``model`` (None: the conversation's); returns what happened: "started", "skipped"
+        (engine busy, nothing found, model cannot), "short" or "off"."""
+        if not self.enabled:
+            return "off"
+        draft = " ".join(text.split())[:MAX_DRAFT_CHARS]
+        if len(draft.split()) < MIN_DRAFT_WORDS:
+            return "short"
+        previous = self._running.pop(asker, None)
+        if previous is not None:
+            previous.cancel()  # the question moved on
+        try:
+            prefix, backend = await asyncio.to_thread(
+                self._prefix, draft, conversation_id, scope, model
+            )
+        except EngineError:
+            prefix, backend = None, None
+        if prefix is None or backend is None:
+            self.count("skipped", 0)
+            return "skipped"
+        request = CompletionRequest(
+            prefix,
+            SamplingParams(max_tokens=1, temperature=0.0),
+            deadline=time.monotonic() + DEADLINE_S,
+            prefill_only=True,
+        )
+        try:
+            completion = await asyncio.to_thread(backend.submit, request)
+        except EngineError:  # busy (a prefetch only runs on an idle engine), or too long
+            self.count("skipped", 0)
+            return "skipped"
+        self._running[asker] = completion
+        self._remember(prefix)
+        self.count("started", 0)
+        task = asyncio.get_running_loop().create_task(self._forget(asker, completion))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return "started"
+
+    def used_by(self, prompt: str) -> bool:
+        """Whether a real answer's prompt starts with a recent prefetch (then taken as used:
+        the caller counts it, with the prompt tokens the answer found cached)."""
+        used = [p for p in self._prefixes if prompt.startswith(p)]
+        for prefix in used:
+            del self._prefixes[prefix]
+        return bool(used)
+
+    def _prefix(
+        self,
+        draft: str,
+        conversation_id: int | None,
+        scope: frozenset[int] | None,
+        model: str | None,
+    ) -> tuple[str | None, Backend | None]:
+        """The grounded prompt for ``draft`` up to its question, and the backend to run it
+        on; (None, None) when there is nothing to prefetch."""
+        chat = self.chat
+        conversations = chat.conversations
+        turns = []
+        if conversation_id is not None:
+            scope = scope if scope is not None else conversations.scope_of(conversation_id)
+            model = model or chat.model_for(conversation_id)
+            turns = conversations.turns(conversation_id)
+        query = conversation_query([asked.content for asked, _ in turns] + [draft])
+        hits = chat.retrieve(query, scope)
+        model = model or chat.config.model
+        backend = chat.models.get(model, f"conversation:{conversation_id}")
+        if not hits or not getattr(backend, "prefetches", False):
+            return None, None
+        grounding: Grounding = chat.grounding(backend, _QUESTION_MARK, turns, hits)
+        text = grounding.prompt.text
+        at = text.find(_QUESTION_MARK)
+        return (text[:at].rstrip(" ") if at > 0 else None), backend
+
+    async def _forget(self, asker: str, completion: Completion) -> None:
+        """Once a prefetch ends (done or cancelled), it no longer stands in the way."""
+        async for _ in completion:
+            pass
+        if self._running.get(asker) is completion:
+            del self._running[asker]
+
+    def _remember(self, prefix: str) -> None:
+        self._prefixes.pop(prefix, None)
+        self._prefixes[prefix] = now = time.monotonic()
+        while self._prefixes and (
+            len(self._prefixes) > REMEMBERED or now - next(iter(self._prefixes.values())) > MAX_AGE
+        ):
+            self._prefixes.popitem(last=False)
+            self.count("wasted", 0)

@@ -1,0 +1,167 @@
+"""Prefill on the draft (app/chat/prefetch.py): prefill-only requests in the real engine,
+and the prefetcher through chat, /api/prefetch and the web chat's question box."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from app.chat.service import DoneEvent
+from llm.backend import FakeBackend
+from llm.local import LocalModel
+from llm.params import CompletionRequest, Finished, Overloaded, SamplingParams
+from tests.conftest import add_user, fake_model, login, upload, wait_for, wait_indexed
+from tests.retrieval_kit import make_kit
+from tests.test_chat import collect, service
+from tests.test_engine import GREEDY, load, run
+
+PASSAGES = "\n".join(
+    f"[{n}] Handbook (page {n}): Section {n} says the allowance for item {n} is {n * 7} euros."
+    for n in range(1, 30)
+)
+PREFIX = f"Sources:\n{PASSAGES}\n\nQuestion:"
+QUESTIONS = [
+    " What is the allowance for item 12?\nAnswer:",
+    " Which section covers item 3?\nAnswer:",
+]
+
+
+def prefill(model: LocalModel, prompt: str) -> Finished:
+    request = CompletionRequest(prompt, SamplingParams(max_tokens=1), prefill_only=True)
+    events = list(model.submit(request))
+    assert len(events) == 1 and isinstance(events[0], Finished)  # it generates nothing
+    return events[0]
+
+
+@pytest.mark.real
+def test_a_prefetched_prefix_leaves_only_the_question_to_read() -> None:
+    model = load()
+    try:
+        for question in QUESTIONS:
+            done = prefill(model, PREFIX)
+            assert done.reason == "stop" and done.usage.completion_tokens == 0
+            _, finished = run(model, CompletionRequest(PREFIX + question, GREEDY))
+            assert finished.usage.cached_tokens >= model.count_tokens(PREFIX) - 1
+            while model.engine._cache.evict_idle():  # the next question starts cold
+                pass
+    finally:
+        model.close()
+
+
+@pytest.mark.real
+def test_in_batch_invariant_mode_a_prefetch_changes_no_answer() -> None:
+    """Reusing cached cells rounds differently from computing them (llama.cpp's CPU
+    kernels depend on a row's place in its batch), so any prefix reuse, a prefetch's or a
+    conversation's, may change a greedy token. Batch-invariant mode reuses only what a
+    cold run computes identically: there a prefetch leaves every answer as it was."""
+    cold, warm = load(batch_invariant=True), load(batch_invariant=True)
+    try:
+        for question in QUESTIONS:
+            expected, _ = run(cold, CompletionRequest(PREFIX + question, GREEDY))
+            prefill(warm, PREFIX)
+            text, finished = run(warm, CompletionRequest(PREFIX + question, GREEDY))
+            assert text == expected
+            assert finished.usage.cached_tokens >= 512  # the aligned part came from the cache
+            for model in (cold, warm):
+                while model.engine._cache.evict_idle():
+                    pass
+    finally:
+        cold.close()
+        warm.close()
+
+
+@pytest.mark.real
+def test_a_real_request_takes_precedence_over_a_prefetch() -> None:
+    model = load(parallel=2, context_tokens=8192)
+    try:
+        long = "\n".join([PASSAGES] * 8)  # dozens of background chunks
+        background = model.submit(
+            CompletionRequest(long, SamplingParams(max_tokens=1), prefill_only=True)
+        )
+        real = model.submit(CompletionRequest("Once upon a time", GREEDY))
+        order: list[str] = []
+
+        def drain(name: str, completion: Any) -> None:
+            events = list(completion)
+            order.append(f"{name}:{events[-1].reason}")
+
+        threads = [
+            threading.Thread(target=drain, args=("prefetch", background)),
+            threading.Thread(target=drain, args=("real", real)),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        # The prefetch yields to the real request (cancelled between two of its chunks; on
+        # a machine fast enough to finish it first, done): either way it ends first.
+        assert order[0] in ("prefetch:cancelled", "prefetch:stop")
+        assert order[1] in ("real:stop", "real:length")
+        # And while a real request runs, a new prefetch is refused at once.
+        running = model.submit(CompletionRequest("Once upon a time", GREEDY))
+        with pytest.raises(Overloaded):
+            model.submit(CompletionRequest(PREFIX, SamplingParams(max_tokens=1), prefill_only=True))
+        list(running)
+    finally:
+        model.close()
+
+
+def test_the_prefetched_prefix_is_the_start_of_the_answers_prompt(tmp_path: Path) -> None:
+    generator = FakeBackend()
+    chat = service(make_kit(tmp_path), generator)
+    counted: list[tuple[str, int]] = []
+    chat.prefetcher.count = lambda outcome, tokens: counted.append((outcome, tokens))
+    status = asyncio.run(chat.prefetcher.draft("user:1", "How many days of leave", None))
+    assert status == "started"
+    [prefetched] = generator.prefetched
+    assert prefetched.prefill_only and prefetched.prompt.rstrip().endswith("Question:")
+    events = asyncio.run(collect(chat, "How many days of leave do staff get?"))
+    assert isinstance(events[-1], DoneEvent)
+    assert generator.history[-1].prompt.startswith(prefetched.prompt)
+    assert [outcome for outcome, _ in counted] == ["started", "used"]
+    assert len(generator.history) == 1  # the draft is no request of its own
+
+
+def test_short_drafts_and_a_switched_off_prefetcher_do_nothing(tmp_path: Path) -> None:
+    generator = FakeBackend()
+    chat = service(make_kit(tmp_path), generator)
+    assert asyncio.run(chat.prefetcher.draft("user:1", "How many", None)) == "short"
+    chat.prefetcher.enabled = False
+    assert asyncio.run(chat.prefetcher.draft("user:1", "How many days of leave", None)) == "off"
+    assert generator.prefetched == []
+
+
+def test_api_prefetch_starts_and_stores_nothing(client: TestClient[Any]) -> None:
+    wait_for(lambda: client.get("/health/ready").status_code == 200)
+    document = upload(client, ("leave.md", b"# Leave\n\nStaff get 28 days of paid leave."))
+    wait_indexed(client, document.json()["documents"][0]["id"])
+    response = client.post("/api/prefetch", json={"draft": "How many days of leave do"})
+    assert response.status_code == 202 and response.json() == {"status": "started"}
+    assert client.post("/api/prefetch", json={"draft": "How"}).json() == {"status": "short"}
+    assert client.get("/api/conversations").json()["conversations"] == []  # nothing stored
+    assert fake_model(client).prefetched and fake_model(client).history == []
+    web = client.post(
+        "/ui/prefetch", data={"message": "How many days of leave", "conversation_id": ""}
+    )
+    assert web.status_code == 204
+    bad = client.post("/api/prefetch", json={"draft": "x" * 5000})
+    assert bad.status_code == 422  # as /api/chat answers an oversize question
+    metrics = client.get("/metrics").text
+    assert 'ragdesk_prefetches_total{outcome="started"} 2.0' in metrics
+
+
+def test_a_draft_in_someone_elses_conversation_is_refused(client: TestClient[Any]) -> None:
+    wait_for(lambda: client.get("/health/ready").status_code == 200)
+    fake_model(client).enqueue(["Hello."])
+    client.post("/api/chat", json={"message": "A question of the admin's own"})
+    add_user(client, "bob")
+    login(client, "bob")
+    refused = client.post(
+        "/api/prefetch", json={"draft": "and what about it", "conversation_id": 1}
+    )
+    assert refused.status_code == 404
