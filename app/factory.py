@@ -13,7 +13,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from litestar.types import Message, Scope
 
-from app.auth.guards import csrf_token, require_principal
+from app.auth.guards import csrf_token, may_write, require_principal
 from app.auth.hosts import AllowedHosts
 from app.chat.rendering import render_answer
 from app.config.settings import Settings
@@ -87,6 +87,7 @@ def _handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[A
 def _configure_templates(engine: JinjaTemplateEngine) -> None:
     engine.engine.globals["render_answer"] = render_answer
     engine.engine.globals["csrf_token"] = csrf_token
+    engine.engine.globals["may_write"] = may_write
     register_filters(engine.engine.filters)
 
 

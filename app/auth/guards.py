@@ -204,3 +204,19 @@ def csrf_token(request: object) -> str:
     scope = getattr(request, "scope", None)
     principal = scope.get("user") if isinstance(scope, dict) else None
     return principal.csrf_token or "" if isinstance(principal, Principal) else ""
+
+
+def may_write(request: object, collection_id: int) -> bool:
+    """For templates: whether the signed-in principal may change documents of
+    ``collection_id`` (upload, re-ingest, delete); no write control is shown otherwise.
+    Worked out once a request (a table has a row a document)."""
+    scope = getattr(request, "scope", None)
+    principal = scope.get("user") if isinstance(scope, dict) else None
+    if not isinstance(principal, Principal):
+        return False
+    cache = scope.setdefault("ragdesk_writable", {})  # type: ignore[union-attr]
+    if "ids" not in cache:
+        services = request.app.state.services  # type: ignore[attr-defined]
+        cache["ids"] = services.auth.members.writable(principal)
+    writable: frozenset[int] | None = cache["ids"]
+    return writable is None or collection_id in writable
