@@ -43,21 +43,14 @@ GRAMMAR = 'root ::= "yes" | "Yes" | "no" | "No"'
 
 
 def passages_state_answer(
-    backend: Backend,
-    question: str,
-    passages: Sequence[Source],
-    *,
-    asked_before: Sequence[str] = (),
-    deadline: float | None = None,
+    backend: Backend, question: str, passages: Sequence[Source], *, deadline: float | None = None
 ) -> bool | None:
     """Ask ``backend``'s model whether ``passages`` state the answer to ``question``: False
     for a clear no; None when it was not asked (no chat template, no passage) or could not
     answer (refused, failed, past ``deadline``), which leaves the answer as it was. Blocks
     until the one token is generated: call it from a thread in async code."""
     try:
-        request = check_request(
-            backend.prompt_format, question, passages, asked_before, deadline=deadline
-        )
+        request = check_request(backend.prompt_format, question, passages, deadline=deadline)
         if request is None:
             return None
         completion = backend.submit(request)
@@ -83,20 +76,16 @@ def check_request(
     prompt_format: PromptFormat,
     question: str,
     passages: Sequence[Source],
-    asked_before: Sequence[str] = (),
     *,
     deadline: float | None = None,
 ) -> CompletionRequest | None:
     """The request asking whether ``passages`` state the answer to ``question``; None when
-    the model has no chat template or there is no passage to ask about. A follow-up
-    ("How high is it?") is shown after the questions it leans on (``asked_before``):
-    alone, it names nothing the passages could state."""
+    the model has no chat template or there is no passage to ask about."""
     if not asks(prompt_format) or not passages:
         return None
     inert = prompt_format.inert
     listed = "\n\n".join(source_line(s, inert) for s in passages)
-    before = "".join(f"Earlier question: {one_line(q, inert)}\n" for q in asked_before)
-    user = f"Passages:\n{listed}\n\n{before}Question: {one_line(question, inert)}\n\n{ASK}"
+    user = f"Passages:\n{listed}\n\nQuestion: {one_line(question, inert)}\n\n{ASK}"
     text = prompt_format.render_messages(
         [{"role": "system", "content": CHECKER}, {"role": "user", "content": user}]
     )

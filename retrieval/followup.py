@@ -57,17 +57,6 @@ def conversation_query(questions: Sequence[str]) -> str:
     return queries[-1]
 
 
-def leaned_on(questions: Sequence[str]) -> tuple[str, ...]:
-    """The earlier questions the last of ``questions`` leans on for its subject, oldest
-    first: back to the last one that named its own (none for a standalone question)."""
-    if len(questions) < 2 or not is_follow_up(questions[-1]):
-        return ()
-    start = len(questions) - 2
-    while start > 0 and is_follow_up(questions[start]):
-        start -= 1
-    return tuple(questions[start:-1])
-
-
 def search_query(question: str, earlier: Sequence[str]) -> str:
     """The query to retrieve with for ``question``, asked after turns whose search queries
     were ``earlier`` (oldest first): the question as asked unless it is a follow-up."""

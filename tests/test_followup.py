@@ -183,30 +183,18 @@ def test_follow_ups_are_scored_in_their_conversation_and_standalone(tmp_path: Pa
     assert recall.follow_ups == 1 and recall.in_conversation == recall.standalone == 1.0
 
 
-def test_a_follow_up_leans_on_the_questions_back_to_the_one_that_named_its_subject() -> None:
-    from retrieval.followup import leaned_on
-
-    first = "Which is Norway's only active volcano?"
-    assert leaned_on([first, "When did it erupt?", "And how tall is it?"]) == (
-        first,
-        "When did it erupt?",
-    )
-    assert leaned_on([first, "What is the capital of France?"]) == ()
-    assert leaned_on([first]) == ()
-
-
-def test_the_answer_check_shows_a_follow_up_after_the_question_it_leans_on() -> None:
-    from llm.answer_check import check_request
-    from llm.prompt import ChatTemplateFormat, Source
+def test_the_answer_check_reads_a_follow_up_with_its_subject(tmp_path: Path) -> None:
+    from llm.prompt import ChatTemplateFormat
 
     template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
-    prompt_format = ChatTemplateFormat(template, bos_token="", eos_token="</s>")
-    passage = Source(1, "Norway", 1, "Beerenberg on Jan Mayen is 2,277 m high.")
-    request = check_request(
-        prompt_format, "How high is it?", [passage], ["Which is Norway's only active volcano?"]
-    )
-    assert request is not None
-    assert (
-        "Earlier question: Which is Norway's only active volcano?\nQuestion: How high is it?"
-        in request.prompt
-    )
+    generator = FakeBackend()
+    generator.prompt_format = ChatTemplateFormat(template, bos_token="", eos_token="</s>")
+    chat = service(make_kit(tmp_path), generator)
+    generator.enqueue(["Staff get 28 days [1]."])
+    generator.enqueue(["yes"])
+    first = asyncio.run(collect(chat, "How many days of leave do staff get?"))
+    generator.enqueue(["Yes, it is paid [1]."])
+    generator.enqueue(["yes"])
+    asyncio.run(collect(chat, "Is it paid?", first[-1].message.conversation_id))
+    check = generator.history[-1].prompt
+    assert "Question: Is it paid? (days leave staff)" in check  # not "Is it paid?" alone

@@ -63,7 +63,9 @@ class Grounding:
 
     prompt: Prompt
     shown: Mapping[int, Citation]
-    asked_before: tuple[str, ...] = ()  # the earlier questions a follow-up leans on
+    # A follow-up's question with the subject it leans on ("How high is it? (Norway's
+    # active volcano)": its search query), for the second look; None: as asked.
+    standalone: str | None = None
 
     @classmethod
     def build(
@@ -75,7 +77,7 @@ class Grounding:
         history: Sequence[Turn] = (),
         earlier: Mapping[int, Citation] | None = None,
         answer_tokens: int,
-        asked_before: Sequence[str] = (),
+        standalone: str | None = None,
     ) -> Grounding:
         """The prompt for ``question`` over ``hits`` after ``history``, fitted to the
         backend's context less ``answer_tokens``; ``earlier`` are the citations of the
@@ -90,7 +92,7 @@ class Grounding:
             count_tokens=backend.count_tokens,
         )
         shown = {**(earlier or {}), **{hit.chunk_id: citation_of(hit) for hit in hits}}
-        return cls(prompt, shown, tuple(asked_before))
+        return cls(prompt, shown, standalone)
 
     @classmethod
     def of_turn(cls, question: str, context: TurnContext) -> Grounding:
@@ -164,11 +166,10 @@ class Grounding:
         passages = [citable[c.number] for c in self.to_check(backend, checked)]
         if not passages:
             return checked
-        question = self.prompt.turn.question
-        verdict = passages_state_answer(
-            backend, question, passages, asked_before=self.asked_before, deadline=deadline
-        )
-        if verdict is False:
+        # A follow-up ("How high is it?") names nothing the passages could state: the
+        # checker reads it with the subject it leans on.
+        question = self.standalone or self.prompt.turn.question
+        if passages_state_answer(backend, question, passages, deadline=deadline) is False:
             return NOT_STATED, (), ()
         return checked
 

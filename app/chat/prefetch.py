@@ -37,7 +37,8 @@ MAX_AGE = 600.0  # seconds: a prefix older than this counts as wasted
 DEADLINE_S = 120.0
 _QUESTION_MARK = "RAGDESKDRAFTQUESTIONRAGDESK"  # stands in for the question in the prompt
 
-# outcome ("started", "used", "wasted", "skipped") and, for "used", the prompt tokens the
+# outcome ("started", "used", "wasted", "skipped": nothing to prefetch, "busy": the engine
+# was not idle) and, for "used", the prompt tokens the
 # answer found cached: for /metrics
 Count = Callable[[str, int], None]
 
@@ -50,7 +51,8 @@ class Prefetcher:
         self.chat = chat
         self.enabled = enabled
         self.count = count or (lambda outcome, tokens: None)
-        self._running: dict[str, Completion] = {}  # asker -> its prefetch in flight
+        # asker -> the prefix its prefetch in flight computes, and that prefetch
+        self._running: dict[str, tuple[str, Completion]] = {}
         self._prefixes: OrderedDict[str, float] = OrderedDict()  # prefix -> when it started
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -72,15 +74,19 @@ class Prefetcher:
         draft = " ".join(text.split())[:MAX_DRAFT_CHARS]
         if len(draft.split()) < MIN_DRAFT_WORDS:
             return "short"
-        previous = self._running.pop(asker, None)
-        if previous is not None:
-            previous.cancel()  # the question moved on
         try:
             prefix, backend = await asyncio.to_thread(
                 self._prefix, draft, conversation_id, scope, model
             )
         except EngineError:
             prefix, backend = None, None
+        running = self._running.get(asker)
+        if running is not None and running[0] == prefix:
+            ended = running[1].finished
+            if ended is None or ended.reason == "stop":
+                return "started"  # the same prompt as the draft before: going on, or done
+        if running is not None:
+            running[1].cancel()  # the question moved on
         if prefix is None or backend is None:
             self.count("skipped", 0)
             return "skipped"
@@ -93,9 +99,9 @@ class Prefetcher:
         try:
             completion = await asyncio.to_thread(backend.submit, request)
         except EngineError:  # busy (a prefetch only runs on an idle engine), or too long
-            self.count("skipped", 0)
+            self.count("busy", 0)
             return "skipped"
-        self._running[asker] = completion
+        self._running[asker] = (prefix, completion)
         self._remember(prefix)
         self.count("started", 0)
         task = asyncio.get_running_loop().create_task(self._forget(asker, completion))
@@ -142,7 +148,8 @@ class Prefetcher:
         """Once a prefetch ends (done or cancelled), it no longer stands in the way."""
         async for _ in completion:
             pass
-        if self._running.get(asker) is completion:
+        running = self._running.get(asker)
+        if running is not None and running[1] is completion:
             del self._running[asker]
 
     def _remember(self, prefix: str) -> None:

@@ -33,7 +33,7 @@ from llm.registry import Registry
 from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
 from retrieval.focus import focus
-from retrieval.followup import conversation_query, leaned_on
+from retrieval.followup import conversation_query
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
@@ -272,7 +272,9 @@ class ChatService:
         key = f"conversation:{question.conversation_id}"
         model = await asyncio.to_thread(self.model_for, question.conversation_id)
         backend = await asyncio.to_thread(self.models.get, model, key)
-        grounding = await asyncio.to_thread(self.grounding, backend, question.content, turns, hits)
+        grounding = await asyncio.to_thread(
+            self.grounding, backend, question.content, turns, hits, query
+        )
         progress.grounding = grounding
         yield ReadingEvent(tuple(grounding.reading()), query)
         prompt = grounding.prompt
@@ -366,6 +368,7 @@ class ChatService:
         question: str,
         turns: list[tuple[Message, Message]],
         hits: list[Hit],
+        query: str | None = None,
     ) -> Grounding:
         """This turn's prompt after the earlier turns, which repeat the sources they were
         shown (so their numbers stay citable)."""
@@ -383,7 +386,7 @@ class ChatService:
                 history=[_turn(asked, answered) for asked, answered in turns],
                 earlier=earlier,
                 answer_tokens=self.config.max_answer_tokens,
-                asked_before=leaned_on([asked.content for asked, _ in turns] + [question]),
+                standalone=query if query and query != question else None,
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc
