@@ -68,6 +68,8 @@ bench: setup
 	$(BIN)/python -m bench.ocr
 	$(BIN)/python -m bench.answers
 	$(BIN)/python -m bench.relevance_floor
+	$(BIN)/python -m bench.followups --answers
+	$(BIN)/python -m bench.prefetch
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

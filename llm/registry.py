@@ -101,6 +101,12 @@ class Registry:
             entry.last_used = time.monotonic()
             return entry.backend
 
+    def if_loaded(self, name: str, key: str | None = None) -> Backend | None:
+        """The backend for a model or alias when it is loaded now; never loads, never waits
+        for a load in progress (a prefetch must not)."""
+        entry = self._loaded.get(self.resolve(name, key))
+        return None if entry is None else entry.backend
+
     def loaded(self) -> list[Backend]:
         """The models loaded now, without waiting for a load in progress (the lock is held
         for a whole load): a copy of the table, taken in one step."""

@@ -285,7 +285,7 @@ class IngestWorker:
         """
         prepared = [p for p in map(self._prepare_safely, parsed) if p is not None]
         try:
-            # One call for all: the embedder sorts by length and fills whole batches.
+            # One call for all: sorted by length, the embedder's batches stay whole.
             vectors = self._embed([text for p in prepared for text in p.texts])
         except IngestStopped:
             raise
@@ -314,12 +314,15 @@ class IngestWorker:
         self._index_safely(item, vectors)
 
     def _embed(self, texts: list[str]) -> Vectors:
-        """Vectors for ``texts`` a slice at a time; IngestStopped between slices on stop."""
+        """Vectors for ``texts`` a slice at a time; IngestStopped between slices on stop.
+        Slices are cut from the texts sorted by length, so the embedder's batches stay
+        even across the documents of a batch, and the vectors are put back in order."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         parts: list[Vectors] = []
         for start in range(0, len(texts), EMBED_SLICE):
             if self._stopping.is_set():
                 raise IngestStopped
-            part = texts[start : start + EMBED_SLICE]
+            part = [texts[i] for i in order[start : start + EMBED_SLICE]]
             cache = self.cache
             parts.append(
                 self.embedder.embed_batch(part)
@@ -328,7 +331,10 @@ class IngestWorker:
             )
         if not parts:
             return np.zeros((0, self.embedder.dimension), dtype=np.float32)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        vectors = np.concatenate(parts)
+        inverse = np.empty(len(order), dtype=np.int64)
+        inverse[order] = np.arange(len(order))
+        return vectors[inverse]
 
     def _index_safely(self, item: _Prepared, vectors: Vectors) -> None:
         try:

@@ -7,7 +7,9 @@ is prefilled into the engine's KV cache by a prefill-only request: lowest priori
 while anything else runs, cancelled by the next draft and by any real request. On Send the
 answer is built exactly as without a prefetch; when its prompt starts with the prefetched
 text, the engine finds those tokens cached and only the question is left to read. The
-answer never depends on a prefetch, and drafts are neither stored nor logged: only counted.
+answer's prompt never depends on a prefetch (its output can only as far as any reuse of
+cached cells rounds differently: docs/BENCHMARKS.md), and drafts are neither stored nor
+logged: only counted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app.chat.answering import Grounding
+from app.errors import AppError
 from llm.channel import Completion
 from llm.params import CompletionRequest, EngineError, SamplingParams
 from retrieval.followup import conversation_query
@@ -55,6 +58,7 @@ class Prefetcher:
         self._running: dict[str, tuple[str, Completion]] = {}
         self._prefixes: OrderedDict[str, float] = OrderedDict()  # prefix -> when it started
         self._tasks: set[asyncio.Task[None]] = set()
+        self._turns: dict[str, int] = {}  # asker -> number of its latest draft
 
     async def draft(
         self,
@@ -68,18 +72,21 @@ class Prefetcher:
         """Prefetch for the draft ``text`` of ``asker`` (a user or session key) in a
         conversation (None: a new one), searching ``scope`` (None: the conversation's) with
         ``model`` (None: the conversation's); returns what happened: "started", "skipped"
-        (engine busy, nothing found, model cannot), "short" or "off"."""
+        (engine busy or not loaded, nothing found, model cannot), "short" or "off"."""
         if not self.enabled:
             return "off"
         draft = " ".join(text.split())[:MAX_DRAFT_CHARS]
         if len(draft.split()) < MIN_DRAFT_WORDS:
             return "short"
+        turn = self._turns[asker] = self._turns.get(asker, 0) + 1  # newer drafts win
         try:
             prefix, backend = await asyncio.to_thread(
                 self._prefix, draft, conversation_id, scope, model
             )
-        except EngineError:
+        except (EngineError, AppError):  # busy, unknown model, too long, conversation gone
             prefix, backend = None, None
+        if self._turns.get(asker) != turn:
+            return "skipped"  # a newer draft of the same asker arrived meanwhile
         running = self._running.get(asker)
         if running is not None and running[0] == prefix:
             ended = running[1].finished
@@ -87,6 +94,7 @@ class Prefetcher:
                 return "started"  # the same prompt as the draft before: going on, or done
         if running is not None:
             running[1].cancel()  # the question moved on
+            del self._running[asker]
         if prefix is None or backend is None:
             self.count("skipped", 0)
             return "skipped"
@@ -133,11 +141,18 @@ class Prefetcher:
             scope = scope if scope is not None else conversations.scope_of(conversation_id)
             model = model or chat.model_for(conversation_id)
             turns = conversations.turns(conversation_id)
+        # Only a loaded model, idle, and nobody's answer under way: a draft never loads a
+        # model (loading holds the registry for seconds) nor adds work to a busy server.
+        backend = chat.models.if_loaded(
+            model or chat.config.model, f"conversation:{conversation_id}"
+        )
+        if backend is None or not getattr(backend, "prefetches", False):
+            return None, None
+        if chat.answering or not backend.idle:
+            return None, None
         query = conversation_query([asked.content for asked, _ in turns] + [draft])
         hits = chat.retrieve(query, scope)
-        model = model or chat.config.model
-        backend = chat.models.get(model, f"conversation:{conversation_id}")
-        if not hits or not getattr(backend, "prefetches", False):
+        if not hits:
             return None, None
         grounding: Grounding = chat.grounding(backend, _QUESTION_MARK, turns, hits)
         text = grounding.prompt.text

@@ -329,6 +329,8 @@ class ChatService:
             if answer in earlier:  # the same words again: show that version, add none
                 kept = self.conversations.choose_version(question.id, earlier.index(answer) + 1)
                 if kept is not None:
+                    if progress.on_stored is not None:  # its passages were shown again
+                        progress.on_stored(kept)
                     return kept
             return self._store(question, answer, progress, (citations, unsupported))
 

@@ -39,7 +39,8 @@ SHUTTING_DOWN = "the server is shutting down; ask again in a moment"
 
 # Requests that start generating: refused while draining, tracked while they run.
 _NEW_GENERATION = re.compile(
-    r"POST /(?:ui/ask|ui/messages/\d+/(?:regenerate|edit)|api/chat|api/completions"
+    r"POST /(?:ui/ask|ui/prefetch|api/prefetch|ui/messages/\d+/(?:regenerate|edit)|api/chat"
+    r"|api/completions"
     r"|v1/completions|v1/chat/completions)/?"
 )
 # The web chat's answer stream, opened right after a question was accepted: tracked (it

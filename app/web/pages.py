@@ -16,7 +16,12 @@ from litestar.response import Redirect, ServerSentEvent, Template
 from litestar.response.sse import ServerSentEventMessage
 from msgspec import Struct
 
-from app.auth.access import answer_audit, current_user_id, require_conversation
+from app.auth.access import (
+    answer_audit,
+    current_user_id,
+    require_conversation,
+    require_message,
+)
 from app.chat.citation_nav import citation_nav
 from app.chat.records import Message
 from app.chat.rendering import highlight_passage
@@ -108,13 +113,12 @@ async def page_view(
     text = await asyncio.to_thread(services.store.page_text, document_id, page)
     if document is None or text is None:
         raise NotFound("no such document page")
-    passage = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
-    if passage is not None and (passage.document_id, passage.page) != (document_id, page):
-        passage = None
+    found = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
+    passage = found if found and (found.document_id, found.page) == (document_id, page) else None
     span = (passage.start, passage.end) if passage else (None, None)
     changed = None  # what a citation of the answer quoted, when its passage is gone
-    if chunk is not None and passage is None and answer is not None:
-        quoted = await asyncio.to_thread(_quoted, services, answer, chunk)
+    if chunk is not None and found is None and answer is not None:
+        quoted = await asyncio.to_thread(_quoted, services, answer, chunk, document_id)
         at = text.find(quoted) if quoted else -1
         if quoted and at >= 0:  # re-chunked, same words: the citation still points at them
             span = (at, at + len(quoted))
@@ -136,10 +140,17 @@ async def page_view(
     }
 
 
-def _quoted(services: Services, answer_id: int, chunk_id: int) -> str | None:
-    """The passage text an answer's citation of ``chunk_id`` recorded (its snippet)."""
+def _quoted(services: Services, answer_id: int, chunk_id: int, document_id: int) -> str | None:
+    """The passage text (its first words) an answer the asker may see recorded when it
+    cited ``chunk_id`` of ``document_id``."""
+    try:
+        require_message(services.auth, answer_id)
+    except NotFound:
+        return None
     answer = services.conversations.message(answer_id)
-    cited = [c for c in answer.citations if c.chunk_id == chunk_id] if answer else []
+    if answer is None:
+        return None
+    cited = [c for c in answer.citations if c.chunk_id == chunk_id and c.document_id == document_id]
     return cited[0].snippet if cited else None
 
 

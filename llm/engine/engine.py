@@ -116,7 +116,8 @@ class Engine:
         cap = self.config.max_tokens_cap
         max_tokens = token_budget(params.max_tokens, len(prompt), self.context_tokens, cap)
         if len(prompt) + max_tokens > self.context_tokens:
-            self._reject("context")
+            if not request.prefill_only:  # a prefetch is nobody's refused request
+                self._reject("context")
             raise ContextOverflow(len(prompt), max_tokens, self.context_tokens)
         with self._wake:
             if self._closing:

@@ -18,6 +18,7 @@ MAX_SCHEMA_CHARS = 64_000
 MAX_GRAMMAR_CHARS = 64_000  # GBNF as a client writes it
 MAX_EXPANDED_CHARS = 2_000_000  # what a schema may become as GBNF
 MAX_EXPANDED_SYMBOLS = 200_000  # what llama.cpp's parser may make of a grammar's repetitions
+MAX_REPETITION = 4096  # copies of one thing: each is a nested rule (llama.cpp recurses on them)
 
 _SCHEMA_BOUNDS = ("minItems", "maxItems", "minLength", "maxLength")
 _QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
@@ -35,6 +36,12 @@ def grammar_for_schema(schema: dict[str, Any] | None) -> str:
     if len(text) > MAX_SCHEMA_CHARS:
         raise InvalidRequest(f"the JSON schema is longer than {MAX_SCHEMA_CHARS} characters")
     expanded = schema_expansion(schema)
+    if _largest_bound(schema) > MAX_REPETITION:
+        raise InvalidRequest(
+            f"the JSON schema repeats something more than {MAX_REPETITION} times "
+            "(minItems, maxItems, minLength, maxLength or a pattern quantifier); it would "
+            "expand into a grammar too large to run"
+        )
     if expanded > MAX_EXPANDED_CHARS:
         raise InvalidRequest(
             "the JSON schema's repetitions (minItems, maxItems, minLength, maxLength and "
@@ -78,12 +85,12 @@ def schema_expansion(schema: object) -> int:
         elif isinstance(node, dict):
             width = path + max((len(str(v)) for k, v in node.items() if k == "$ref"), default=0)
             for key, value in node.items():
-                if key in _SCHEMA_BOUNDS:
+                if isinstance(value, dict | list):  # also a property named "minItems"
+                    stack.append((value, path + len(str(key)) + 1))
+                elif key in _SCHEMA_BOUNDS:
                     total += _count(value) * (width + _RULE_OVERHEAD)
                 elif key == "pattern" and isinstance(value, str):
                     total += _pattern_count(value) * (width + len(value) + _RULE_OVERHEAD)
-                elif isinstance(value, dict | list):
-                    stack.append((value, path + len(str(key)) + 1))
     return total
 
 
@@ -109,7 +116,13 @@ def gbnf_expansion(grammar: str) -> int:
             match = _QUANTIFIER.match(grammar, i)
             if match is None:
                 return total + MAX_EXPANDED_SYMBOLS + 1  # llama.cpp would refuse it anyway
-            total += _times(match.group(1), match.group(2)) * element
+            times = _times(match.group(1), match.group(2))
+            if times > MAX_REPETITION:
+                return total + MAX_EXPANDED_SYMBOLS + 1
+            # Each copy is a rule of its own around the element, and a quantifier right
+            # after another repeats what the first one expanded to ("x"{400}{400}).
+            element = times * (element + 3)
+            total += element
             i = match.end()
             continue
         if not char.isspace() and char not in "*+?|":
@@ -136,6 +149,26 @@ def _count(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         return 0  # NaN is not equal to itself
     return int(max(0, min(value, _HUGE)))
+
+
+def _largest_bound(schema: object) -> int:
+    """The largest single repetition ``schema`` asks for (each becomes nested rules)."""
+    largest = 0
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(value, dict | list):
+                    stack.append(value)
+                elif key in _SCHEMA_BOUNDS:
+                    largest = max(largest, _count(value))
+                elif key == "pattern" and isinstance(value, str):
+                    quantifiers = _QUANTIFIER.findall(value)
+                    largest = max([largest, *(_times(lo, hi) for lo, hi in quantifiers)])
+    return largest
 
 
 def _pattern_count(pattern: str) -> int:

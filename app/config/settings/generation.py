@@ -192,8 +192,9 @@ class GenerationSettings(Section):
         True,
         description="While a question is typed in the web chat (or sent to POST "
         "/api/prefetch), retrieve for the draft and prefill its grounded prompt up to the "
-        "question at the lowest priority, so the answer starts sooner; never delays a real "
-        "request, never changes an answer; drafts are not stored.",
+        "question at the lowest priority (only on an idle, loaded model; a real request "
+        "waits for one 128-token chunk of it at most), so the answer starts sooner; the "
+        "answer's prompt is the same either way; drafts are not stored.",
     )
     check_answers: bool = Field(
         True,
