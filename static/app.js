@@ -226,6 +226,15 @@
     if (action) { event.preventDefault(); action(); }
   });
 
+  // The question box sends its draft (hx-trigger "draft-word") at each word's end as well
+  // as after a pause: a person typing steadily never pauses long enough for the latter.
+  // (A trigger filter like keyup[key==' '] would need eval, which the CSP forbids.)
+  document.addEventListener("keyup", function (event) {
+    if (event.target.id === "question" && event.key === " " && event.target.hasAttribute("hx-post")) {
+      htmx.trigger(event.target, "draft-word");
+    }
+  });
+
   // Enter sends, Shift+Enter inserts a newline. Nothing is sent while an answer is being
   // written (the server refuses a second question in the conversation with 409 anyway).
   function answering() { return !!document.querySelector("#messages article.msg.streaming"); }
