@@ -63,9 +63,6 @@ class Grounding:
 
     prompt: Prompt
     shown: Mapping[int, Citation]
-    # A follow-up's question with the subject it leans on ("How high is it? (Norway's
-    # active volcano)": its search query), for the second look; None: as asked.
-    standalone: str | None = None
 
     @classmethod
     def build(
@@ -77,7 +74,6 @@ class Grounding:
         history: Sequence[Turn] = (),
         earlier: Mapping[int, Citation] | None = None,
         answer_tokens: int,
-        standalone: str | None = None,
     ) -> Grounding:
         """The prompt for ``question`` over ``hits`` after ``history``, fitted to the
         backend's context less ``answer_tokens``; ``earlier`` are the citations of the
@@ -92,7 +88,7 @@ class Grounding:
             count_tokens=backend.count_tokens,
         )
         shown = {**(earlier or {}), **{hit.chunk_id: citation_of(hit) for hit in hits}}
-        return cls(prompt, shown, standalone)
+        return cls(prompt, shown)
 
     @classmethod
     def of_turn(cls, question: str, context: TurnContext) -> Grounding:
@@ -166,9 +162,7 @@ class Grounding:
         passages = [citable[c.number] for c in self.to_check(backend, checked)]
         if not passages:
             return checked
-        # A follow-up ("How high is it?") names nothing the passages could state: the
-        # checker reads it with the subject it leans on.
-        question = self.standalone or self.prompt.turn.question
+        question = self.prompt.turn.question
         if passages_state_answer(backend, question, passages, deadline=deadline) is False:
             return NOT_STATED, (), ()
         return checked

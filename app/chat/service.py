@@ -272,9 +272,7 @@ class ChatService:
         key = f"conversation:{question.conversation_id}"
         model = await asyncio.to_thread(self.model_for, question.conversation_id)
         backend = await asyncio.to_thread(self.models.get, model, key)
-        grounding = await asyncio.to_thread(
-            self.grounding, backend, question.content, turns, hits, query
-        )
+        grounding = await asyncio.to_thread(self.grounding, backend, question.content, turns, hits)
         progress.grounding = grounding
         yield ReadingEvent(tuple(grounding.reading()), query)
         prompt = grounding.prompt
@@ -318,7 +316,12 @@ class ChatService:
                 progress.context = _context(grounding, guard.text, query)
         checked = grounding.checked(guard.text, withhold=self.config.withhold_unsupported)
         progress.context = _context(grounding, guard.text, query)
-        asked = grounding.to_check(backend, checked) if self.config.check_answers else ()
+        # Not asked about a follow-up: the checker reads the passages and the question
+        # alone, and "How high is it?" names nothing they could state (three ways of
+        # showing it the question measured: each withheld more right answers than wrong).
+        follow_up = query != question.content
+        check = self.config.check_answers and not follow_up
+        asked = grounding.to_check(backend, checked) if check else ()
 
         def settle() -> Message:  # the second look and the store, in one worker thread
             answer, citations, unsupported = (
@@ -370,7 +373,6 @@ class ChatService:
         question: str,
         turns: list[tuple[Message, Message]],
         hits: list[Hit],
-        query: str | None = None,
     ) -> Grounding:
         """This turn's prompt after the earlier turns, which repeat the sources they were
         shown (so their numbers stay citable)."""
@@ -388,7 +390,6 @@ class ChatService:
                 history=[_turn(asked, answered) for asked, answered in turns],
                 earlier=earlier,
                 answer_tokens=self.config.max_answer_tokens,
-                standalone=query if query and query != question else None,
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc
