@@ -20,13 +20,16 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
 from retrieval.types import Hit
+
+T = TypeVar("T")
 
 
 class GoldenSetError(ValueError):
@@ -73,25 +76,33 @@ class GoldenQuestion:
 
 
 def load_golden(path: Path) -> list[GoldenQuestion]:
+    return read_rows(path, _question, "questions")
+
+
+def read_rows(path: Path, parse: Callable[[int, dict[str, Any]], T], what: str) -> list[T]:
+    """Each non-blank line of a JSONL file, a JSON object, as ``parse(line number, row)``
+    makes it; ``GoldenSetError`` naming the line for anything else."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise GoldenSetError(f"cannot read {path}: {exc}") from exc
-    questions = [
-        _question(number, line) for number, line in enumerate(lines, start=1) if line.strip()
-    ]
-    if not questions:
-        raise GoldenSetError(f"{path} holds no questions")
-    return questions
+    found = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise GoldenSetError(f"line {number}: not JSON ({exc})") from exc
+        if not isinstance(row, dict):
+            raise GoldenSetError(f"line {number}: expected a JSON object")
+        found.append(parse(number, row))
+    if not found:
+        raise GoldenSetError(f"{path} holds no {what}")
+    return found
 
 
-def _question(number: int, line: str) -> GoldenQuestion:
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        raise GoldenSetError(f"line {number}: not JSON ({exc})") from exc
-    if not isinstance(row, dict):
-        raise GoldenSetError(f"line {number}: expected a JSON object")
+def _question(number: int, row: dict[str, Any]) -> GoldenQuestion:
     values: dict[str, str | None] = {}
     for key in ("question", "document", "passage", "answer"):
         value = row.get(key)

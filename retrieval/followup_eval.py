@@ -19,8 +19,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from retrieval.evaluation import GoldenQuestion, GoldenSetError, _question
+from retrieval.evaluation import GoldenQuestion, GoldenSetError, _question, read_rows
 from retrieval.followup import conversation_query
 from retrieval.search import Retriever
 from retrieval.types import Hit
@@ -52,30 +53,18 @@ def is_conversation_set(path: Path) -> bool:
 
 
 def load_conversations(path: Path) -> list[GoldenConversation]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GoldenSetError(f"cannot read {path}: {exc}") from exc
-    found = [_conversation(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
-    if not found:
-        raise GoldenSetError(f"{path} holds no conversations")
-    return found
+    return read_rows(path, _conversation, "conversations")
 
 
-def _conversation(number: int, line: str) -> GoldenConversation:
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        raise GoldenSetError(f"line {number}: not JSON ({exc})") from exc
-    turns = row.get("turns") if isinstance(row, dict) else None
+def _conversation(number: int, row: dict[str, Any]) -> GoldenConversation:
+    turns = row.get("turns")
     if not isinstance(turns, list) or len(turns) < 2 or not all(isinstance(t, dict) for t in turns):
         raise GoldenSetError(f"line {number}: 'turns' must list two or more questions")
     standalone = tuple(t.get("standalone") for t in turns)
     if standalone[0] is not None or not all(isinstance(s, str | None) for s in standalone):
         raise GoldenSetError(f"line {number}: 'standalone' is a string, on later turns only")
     questions = tuple(
-        _question(number, json.dumps({k: v for k, v in t.items() if k != "standalone"}))
-        for t in turns
+        _question(number, {k: v for k, v in t.items() if k != "standalone"}) for t in turns
     )
     return GoldenConversation(str(row.get("id", number)), questions, standalone)
 

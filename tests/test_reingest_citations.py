@@ -57,25 +57,27 @@ def test_unchanged_passages_keep_their_ids_and_changed_ones_are_replaced(tmp_pat
     assert [chunk_id for chunk_id, _ in _chunks(kit, document.id)] == stored.ids  # old one gone
 
 
-def _ask(client: TestClient[Any], question: str) -> dict[str, Any]:
-    response = client.post("/api/chat", json={"message": question})
-    return dict(json.loads(next(d for e, d in sse_events(response.text) if e == "done")))
+def _cited(client: TestClient[Any]) -> tuple[int, dict[str, Any], str]:
+    """The policy uploaded and an answer citing it: the document's id, the citation, and
+    the viewer's link to it within the answer."""
+    wait_for(lambda: client.get("/health/ready").status_code == 200)
+    document = upload(client, ("policy.md", POLICY)).json()["documents"][0]
+    wait_indexed(client, document["id"])
+    fake_model(client).enqueue(["Visitors park in the north garage on level two [1]."])
+    response = client.post("/api/chat", json={"message": "Where do visitors park?"})
+    done = json.loads(next(d for e, d in sse_events(response.text) if e == "done"))
+    [citation] = done["citations"]
+    url = citation["url"].split("#")[0] + f"&answer={done['message_id']}"
+    return document["id"], citation, url
 
 
 def test_a_citation_still_opens_its_highlighted_passage_after_reingest(
     client: TestClient[Any],
 ) -> None:
-    wait_for(lambda: client.get("/health/ready").status_code == 200)
-    document = upload(client, ("policy.md", POLICY)).json()["documents"][0]
-    wait_indexed(client, document["id"])
-    fake_model(client).enqueue(["Visitors park in the north garage on level two [1]."])
-    done = _ask(client, "Where do visitors park?")
-    [citation] = done["citations"]
-    url = citation["url"].split("#")[0] + f"&answer={done['message_id']}"
-
-    reingested = client.post(f"/ui/documents/{document['id']}/reingest", headers=HX)
+    document_id, citation, url = _cited(client)
+    reingested = client.post(f"/ui/documents/{document_id}/reingest", headers=HX)
     assert reingested.status_code == 200
-    assert wait_indexed(client, document["id"])["status"] == "indexed"
+    assert wait_indexed(client, document_id)["status"] == "indexed"
     viewer = client.get(url).text
     assert '<mark id="passage">' in viewer and "north garage" in viewer
     assert "Citation 1 of 1" in viewer and "changed since" not in viewer
@@ -84,19 +86,12 @@ def test_a_citation_still_opens_its_highlighted_passage_after_reingest(
 
 
 def test_a_citation_whose_passage_changed_says_so(client: TestClient[Any]) -> None:
-    wait_for(lambda: client.get("/health/ready").status_code == 200)
-    document = upload(client, ("policy.md", POLICY)).json()["documents"][0]
-    wait_indexed(client, document["id"])
-    fake_model(client).enqueue(["Visitors park in the north garage on level two [1]."])
-    done = _ask(client, "Where do visitors park?")
-    [citation] = done["citations"]
+    document_id, _, url = _cited(client)
     store = client.app.state.services.store
     changed = POLICY.replace(b"north garage on level two", b"south lot behind block D")
     parsed = parse_document(changed, DocumentKind.MARKDOWN, "policy.md")
     text = parsed.pages[0].text
-    store.replace_content(document["id"], parsed, [ChunkSpan(1, 0, len(text), text, None)])
-
-    url = citation["url"].split("#")[0] + f"&answer={done['message_id']}"
+    store.replace_content(document_id, parsed, [ChunkSpan(1, 0, len(text), text, None)])
     viewer = client.get(url).text
     assert "This passage changed since the answer cited it" in viewer
     assert "north garage on level two" in re.sub(r"<[^>]+>", "", viewer)  # what it said

@@ -134,7 +134,7 @@ class PrefetchApi(Controller):
         question at the lowest priority, so ``POST /api/chat`` with the finished question
         starts sooner (app/chat/prefetch.py). ``status``: ``started``, ``skipped`` (busy,
         nothing found), ``short`` (fewer than three words) or ``off``. The draft is not
-        stored; it never changes the answer."""
+        stored; the answer's prompt is the same with or without it."""
         await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
         status = await chat.prefetcher.draft(_asker(), data.draft, data.conversation_id)
         return PrefetchOut(status)

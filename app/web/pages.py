@@ -154,6 +154,14 @@ def _quoted(services: Services, answer_id: int, chunk_id: int, document_id: int)
     return cited[0].snippet if cited else None
 
 
+def _choices(services: Services, data: AskForm) -> tuple[str | None, frozenset[int] | None]:
+    """The composer's model ("": the default) and scope ("": all readable) as chat takes
+    them; None for either the form leaves out (unchanged)."""
+    model = None if data.model is None else choose_model(services, data.model)
+    scope = None if data.scope is None else choose_scope(services, data.scope)
+    return model, scope
+
+
 class Partials(Controller):
     """htmx endpoints: each returns the same partial its page includes.
 
@@ -176,12 +184,8 @@ class Partials(Controller):
         conversation_id = form_row_id(data.conversation_id)
         await asyncio.to_thread(require_conversation, services.auth, conversation_id)
         await asyncio.to_thread(require_quiet, services, chat, conversation_id)
-        model = None
-        if data.model is not None:  # 400 unless chat offers it
-            model = await asyncio.to_thread(choose_model, services, data.model)
-        scope = None
-        if data.scope is not None:  # checked before the question is recorded
-            scope = await asyncio.to_thread(choose_scope, services, data.scope)
+        # Checked before the question is recorded: 400 unless chat offers the model.
+        model, scope = await asyncio.to_thread(_choices, services, data)
         conversation, question = await asyncio.to_thread(
             chat.ask, data.message, conversation_id, current_user_id()
         )
@@ -211,11 +215,7 @@ class Partials(Controller):
         answer's prompt at the lowest priority (app/chat/prefetch.py). Nothing is stored."""
         conversation_id = form_row_id(data.conversation_id)
         await asyncio.to_thread(require_conversation, services.auth, conversation_id)
-        scope = model = None
-        if data.scope is not None:
-            scope = await asyncio.to_thread(choose_scope, services, data.scope)
-        if data.model:
-            model = await asyncio.to_thread(choose_model, services, data.model)
+        model, scope = await asyncio.to_thread(_choices, services, data)
         asker = f"user:{current_user_id()}"
         await chat.prefetcher.draft(asker, data.message, conversation_id, scope=scope, model=model)
 
