@@ -200,7 +200,8 @@ class GenerationSettings(Section):
         True,
         description="After a cited answer, ask the chat model (one token) whether the "
         "passages it cites state the answer to the question; when it says no, the answer "
-        "is withheld as not covered. Models with a chat template only.",
+        "is withheld as not covered. Models with a chat template only; not asked about a "
+        "follow-up (a question that names its subject only through the conversation).",
     )
 
     @property
