@@ -196,7 +196,9 @@ def test_document_actions_are_visible_and_work(
 # --- 4. citation numbers --------------------------------------------------------------------
 
 
-def test_citations_are_numbered_in_order_of_appearance(page: Any, server: SignedInServer) -> None:
+def test_citations_keep_the_prompts_numbers_in_order_of_appearance(
+    page: Any, server: SignedInServer
+) -> None:
     filler = "Other matters of the office are written here at some length.\n\n" * 40
     for name, fact in (("holidays", "25 days"), ("sick", "tell HR"), ("bridge", "2 days")):
         text = f"# {name}\n\n{filler}Staff holidays: {fact} a year, the holidays policy."
@@ -204,12 +206,12 @@ def test_citations_are_numbered_in_order_of_appearance(page: Any, server: Signed
     server.model.enqueue(["Sick days [2], holidays [1]."])
     answer = answered(page, "What is the staff holidays policy?", "Sick days")
     cites = answer.locator("a.cite")
-    assert cites.all_inner_texts() == ["[1]", "[2]"]
+    assert cites.all_inner_texts() == ["[2]", "[1]"]  # as the prompt numbered them
     assert answer.locator(".sources-button").inner_text() == "2 sources"
     answer.locator(".sources-button").click()
     sources = page.locator("#sources-pane .source")
     sources.first.wait_for()
-    assert sources.locator(".badge").all_inner_texts() == ["[1]", "[2]"]
+    assert sources.locator(".badge").all_inner_texts() == ["[2]", "[1]"]  # cited first, first
     for n in range(2):  # [k] in the text is source [k] of the list
         title = sources.nth(n).locator(".source-head a").inner_text()
         assert str(cites.nth(n).get_attribute("title")).startswith(title)
@@ -219,13 +221,13 @@ def test_citations_are_numbered_in_order_of_appearance(page: Any, server: Signed
     viewer = opened.value
     viewer.wait_for_load_state()
     assert viewer.locator("#citation-position").inner_text() == "Citation 1 of 2"
-    assert page.locator("#sources-pane .source.selected .badge").inner_text() == "[1]"
+    assert page.locator("#sources-pane .source.selected .badge").inner_text() == "[2]"
     viewer.close()
 
     page.goto("/")
     server.model.enqueue(["Bridge days [3]."])
     answer = answered(page, "What is the staff holidays policy again?", "Bridge days")
-    assert answer.locator("a.cite").all_inner_texts() == ["[1]"]
+    assert answer.locator("a.cite").all_inner_texts() == ["[3]"]  # never renumbered
     assert answer.locator(".sources-button").inner_text() == "1 source"
 
 

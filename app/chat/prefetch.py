@@ -19,7 +19,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from app.chat.answering import Grounding
 from app.errors import AppError
@@ -28,8 +28,38 @@ from llm.params import CompletionRequest, EngineError, SamplingParams
 from retrieval.followup import conversation_query
 
 if TYPE_CHECKING:
-    from app.chat.service import ChatService
+    from app.chat.conversations import Conversations
+    from app.chat.records import Message
     from llm.backend import Backend
+    from llm.registry import Registry
+    from retrieval.types import Hit
+
+
+class Chat(Protocol):
+    """What a prefetch needs of the chat service (``app.chat.service.ChatService``, which
+    owns the prefetcher: a Protocol rather than an import keeps the two apart)."""
+
+    conversations: Conversations
+    models: Registry
+
+    @property
+    def answering(self) -> int: ...
+
+    @property
+    def default_model(self) -> str: ...
+
+    def model_for(self, conversation_id: int) -> str: ...
+
+    def retrieve(self, query: str, collection_ids: frozenset[int] | None = None) -> list[Hit]: ...
+
+    def grounding(
+        self,
+        backend: Backend,
+        question: str,
+        turns: list[tuple[Message, Message]],
+        hits: list[Hit],
+    ) -> Grounding: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +80,7 @@ class Prefetcher:
     """One prefetch in flight per asker (a new draft cancels the last), and the prefixes
     of recent ones, to tell used from wasted when a real answer starts."""
 
-    def __init__(self, chat: ChatService, *, enabled: bool, count: Count | None = None):
+    def __init__(self, chat: Chat, *, enabled: bool, count: Count | None = None):
         self.chat = chat
         self.enabled = enabled
         self.count = count or (lambda outcome, tokens: None)
@@ -144,7 +174,7 @@ class Prefetcher:
         # Only a loaded model, idle, and nobody's answer under way: a draft never loads a
         # model (loading holds the registry for seconds) nor adds work to a busy server.
         backend = chat.models.if_loaded(
-            model or chat.config.model, f"conversation:{conversation_id}"
+            model or chat.default_model, f"conversation:{conversation_id}"
         )
         if backend is None or not getattr(backend, "prefetches", False):
             return None, None

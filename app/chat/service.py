@@ -207,6 +207,11 @@ class ChatService:
             return result.hits
         return focus(query, result.hits, self.retriever.embedder, config.passage_chars)
 
+    @property
+    def default_model(self) -> str:
+        """The model a conversation that chose none is answered by."""
+        return self.config.model
+
     def is_answering(self, question_id: int) -> bool:
         """From the moment its answer starts (retrieval included) until it is stored."""
         return question_id in self._answering

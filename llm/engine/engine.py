@@ -42,6 +42,11 @@ if TYPE_CHECKING:  # llama.cpp loads only when a model does
 
 log = logging.getLogger(__name__)
 
+# A prefill-only request (prefetch) prefills in chunks this small, so a real request that
+# arrives meanwhile waits for one short chunk at most (~1 s for a 1.5B model on 2 cores);
+# measured as fast as 512-token chunks (docs/BENCHMARKS.md, round three).
+BACKGROUND_CHUNK = 128
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -55,9 +60,6 @@ class EngineConfig:
     # every decode step to a fixed row count makes greedy output independent of load, at a
     # cost in single-stream speed (docs/BENCHMARKS.md). Needs one spare sequence id.
     batch_invariant: bool = False
-    # A prefill-only request (prefetch) prefills in chunks this small, so a real request
-    # that arrives meanwhile waits for one short chunk at most (~1 s on 2 CPU cores).
-    background_chunk: int = 128
 
 
 class EngineObserver(Protocol):
@@ -310,7 +312,7 @@ class Engine:
         n.clear_batch()
         chunk = self.config.prefill_chunk
         if seq.request.prefill_only and not self.config.batch_invariant:  # there: as cold
-            chunk = min(chunk, self.config.background_chunk)
+            chunk = min(chunk, BACKGROUND_CHUNK)
         end = min(len(seq.prompt), (seq.done // chunk + 1) * chunk)
         for i in range(seq.done, end):
             n.add(seq.prompt[i], i, seq.slot.seq_id, i == len(seq.prompt) - 1)
