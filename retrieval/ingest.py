@@ -2,8 +2,10 @@
 
 Document ids are queued, so ingestion never runs on a request path. A few parse slots
 take them fairly across collections (``retrieval/parse_slots.py``: one user's slow file
-holds one slot, not everybody's uploads); one worker thread chunks, embeds and indexes
-what they parsed, in batches. SQLite is written before FAISS; the FAISS file is
+holds one slot, not everybody's uploads) and chunk what they parsed; one worker thread
+stores, embeds and indexes it, a slice of texts at a time shared fairly among the
+documents in progress (``retrieval/embed_slices.py``: one collection's large document
+never holds up another's upload). SQLite is written before FAISS; the FAISS file is
 checkpointed after a quiet period, and anything a crash loses is caught up from SQLite
 on the next start.
 """
@@ -23,6 +25,7 @@ import numpy as np
 
 from retrieval.chunking import chunk_page
 from retrieval.disk import is_disk_full
+from retrieval.embed_slices import Embedding, share_slice
 from retrieval.embedder import Embedder, Vectors
 from retrieval.embedding_cache import CacheUsage, EmbeddingCache
 from retrieval.embedding_cache import embedding_text as embedding_text  # re-exported
@@ -31,7 +34,7 @@ from retrieval.parse_slots import ParseSlots
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.store import DocumentGone, DocumentStore, stored_title
-from retrieval.types import DocumentKind, DocumentStatus, ParsedDocument
+from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.uploads import UploadFiles
 from retrieval.vector_sync import restructure_if_needed
 
@@ -42,7 +45,7 @@ Parse = Callable[[bytes, DocumentKind, str], ParsedDocument]
 # the reason); what the ``ragdesk ingest`` progress display shows per file.
 Progress = Callable[[int, str, str | None], None]
 
-# Texts embedded in one call: a stop (or, later, another upload) waits for one slice at
+# Texts embedded in one call: a stop, a delete or another upload waits for one slice at
 # most, never for a whole large document. Each slice's vectors go to the embedding cache,
 # so a document interrupted by a stop resumes where it was on the next start.
 EMBED_SLICE = 512
@@ -65,12 +68,16 @@ class IngestConfig:
     embedding_cache: bool = True  # reuse vectors of texts embedded before (by content hash)
     # Cached vectors no live passage needs, kept up to this size (LRU); None = never prune.
     embedding_cache_max_bytes: int | None = 128 << 20
+    # A document cut into more passages fails with a reason (memory stays bounded by it).
+    max_document_passages: int = 100_000
 
 
 @dataclass(frozen=True)
 class _Parsed:
     document_id: int
+    owner: int
     document: ParsedDocument
+    chunks: list[ChunkSpan]
     started: float
 
 
@@ -79,8 +86,9 @@ class _Prepared:
     """A parsed, chunked and stored document waiting for its vectors."""
 
     document_id: int
+    owner: int
     chunk_ids: list[int]
-    texts: list[str]
+    embedding: Embedding
     pages: int
     started: float
     kept: frozenset[int] = frozenset()  # ids the document held before: maybe still indexed
@@ -121,11 +129,12 @@ class IngestWorker:
         self._stopping = threading.Event()
         self._last_checkpoint = time.monotonic()
         self._checkpoint_failing = False
+        self._embedding = 0  # documents the worker thread is embedding
         self._thread = threading.Thread(target=self._run, name="ragdesk-ingest", daemon=True)
 
     @property
     def pending(self) -> int:
-        return len(self._slots.waiting) + self._slots.results.qsize()
+        return len(self._slots.waiting) + self._slots.results.qsize() + self._embedding
 
     def start(self) -> None:
         self._thread.start()
@@ -193,37 +202,41 @@ class IngestWorker:
             log.exception("could not checkpoint the vector index; will retry")
 
     def _run(self) -> None:
+        active: list[_Prepared] = []  # stored, partly embedded: they share the slices
         while not self._stopping.is_set():
-            try:
-                # Idle, it still wakes now and then (a damaged index to rebuild, a prune).
-                idle = self.config.checkpoint_seconds or self.config.max_checkpoint_interval
-                first = self._slots.results.get(timeout=idle)
-            except queue.Empty:
+            arrived = self._take_parsed(self.config.max_batch_documents - len(active))
+            if arrived is None:  # idle
                 if self.index.damaged:
                     self._dirty.set()  # the checkpoint rebuilds it from SQLite
                 self.checkpoint()  # quiet period: persist what was added
                 if self._prune_due.is_set():
                     self.prune_cache()
                 continue
-            batch = self._drain(first)
+            active += self._start(arrived)
             try:
-                self._ingest_parsed(batch)
+                active = self._embed_round(active)
             except IngestStopped:
-                ids = [item.document_id for item in batch]
+                ids = [item.document_id for item in active]
                 log.info("stopped while embedding documents %s; they resume on the next start", ids)
-            except Exception:  # keep the worker alive whatever a batch does
-                ids = [item.document_id for item in batch]
+                break
+            except Exception:  # keep the worker alive whatever a round does
+                ids = [item.document_id for item in active]
                 log.exception("ingestion of documents %s failed unexpectedly", ids)
-            finally:
-                for item in batch:
+                for item in active:  # they stay unfinished in SQLite: the next start resumes them
                     self._slots.finished(item.document_id)
-            overdue = time.monotonic() - self._last_checkpoint > self.config.max_checkpoint_interval
-            if overdue or not self.config.checkpoint_seconds:
-                self.checkpoint()
-            self._prune_due.set()
-            if time.monotonic() - self._last_prune > self.config.max_checkpoint_interval:
-                self.prune_cache()  # under constant load, now and then
+                active = []
+            finally:
+                self._embedding = len(active)
+            self._after_round()
         self.checkpoint()
+
+    def _after_round(self) -> None:
+        overdue = time.monotonic() - self._last_checkpoint > self.config.max_checkpoint_interval
+        if overdue or not self.config.checkpoint_seconds:
+            self.checkpoint()
+        self._prune_due.set()
+        if time.monotonic() - self._last_prune > self.config.max_checkpoint_interval:
+            self.prune_cache()  # under constant load, now and then
 
     def prune_cache(self) -> None:
         """Evict spare cached vectors beyond the budget (see retrieval/embedding_cache.py).
@@ -256,85 +269,118 @@ class IngestWorker:
                 usage.spare_bytes / 2**20,
             )
 
-    def _drain(self, first: _Parsed | None) -> list[_Parsed]:
-        """The first parsed document plus whatever else is already parsed, up to a batch."""
-        batch: list[_Parsed] = []
-        item = first
-        while item is not None and not self._stopping.is_set():
-            batch.append(item)
-            if len(batch) >= self.config.max_batch_documents:
-                break
+    def _take_parsed(self, room: int) -> list[_Parsed] | None:
+        """What the parse slots have handed over, up to ``room`` documents. With nothing
+        in progress (``room`` is a whole batch) it waits for the first, and None means the
+        worker was idle that long (or is stopping)."""
+        arrived: list[_Parsed] = []
+        if room >= self.config.max_batch_documents:
+            # Idle, it still wakes now and then (a damaged index to rebuild, a prune).
+            idle = self.config.checkpoint_seconds or self.config.max_checkpoint_interval
+            try:
+                first = self._slots.results.get(timeout=idle)
+            except queue.Empty:
+                return None
+            if first is None:  # stop() woke us
+                return None
+            arrived.append(first)
+        while len(arrived) < room:
             try:
                 item = self._slots.results.get_nowait()
             except queue.Empty:
                 break
-        return batch
+            if item is not None:
+                arrived.append(item)
+        return arrived
 
     def ingest(self, document_id: int) -> None:
         self.ingest_many([document_id])
 
     def ingest_many(self, document_ids: list[int]) -> None:
-        """Parse each document in the calling thread, then :meth:`_ingest_parsed` them."""
-        self._ingest_parsed([p for p in map(self._parse_safely, document_ids) if p is not None])
+        """Parse each document in the calling thread, then store, embed and index them
+        together, as the worker thread would."""
+        parsed = [p for p in map(self._parse_safely, document_ids) if p is not None]
+        active = self._start(parsed)
+        while active:
+            active = self._embed_round(active)
 
-    def _ingest_parsed(self, parsed: list[_Parsed]) -> None:
-        """Chunk and store each document, embed all their chunks together, then index each.
+    def _start(self, parsed: list[_Parsed]) -> list[_Prepared]:
+        """Store each parsed document's passages; the ones with texts left to embed."""
+        started: list[_Prepared] = []
+        for item in parsed:
+            prepared = self._prepare_safely(item)
+            if prepared is None:
+                self._slots.finished(item.document_id)
+            else:
+                started.append(prepared)
+        return started
 
-        One embedding call over many documents fills whole, length-sorted batches: bulk
-        uploads run at the embedder's own speed instead of paying for ragged batches.
-        """
-        prepared = [p for p in map(self._prepare_safely, parsed) if p is not None]
+    def _embed_round(self, active: list[_Prepared]) -> list[_Prepared]:
+        """Embed one slice shared among ``active`` (see retrieval/embed_slices.py), index
+        the documents it completes; the ones still in progress. The portions that complete
+        their documents are embedded first, in a call of their own, and indexed at once: a
+        one-page upload waits for no large document's share. A document deleted meanwhile
+        is dropped here: its work stops within a slice."""
+        if self._stopping.is_set():
+            raise IngestStopped
+        live = self.store.live_documents([item.document_id for item in active])
+        for item in active:
+            if item.document_id not in live:
+                log.info("document %s was deleted during ingestion", item.document_id)
+                self._slots.finished(item.document_id)
+        active = [item for item in active if item.document_id in live]
+        counts = share_slice([(item.owner, item.embedding.left) for item in active], EMBED_SLICE)
+        portions = [
+            (item, item.embedding.next_texts(n))
+            for item, n in zip(active, counts, strict=True)
+            if n
+        ]
+        finishing = [(item, part) for item, part in portions if len(part) == item.embedding.left]
+        continuing = [(item, part) for item, part in portions if len(part) < item.embedding.left]
+        failed = self._embed_portions(finishing)
+        for item, _ in finishing:
+            if item.document_id not in failed:
+                self._report(item.document_id, "embedded")
+                self._index_safely(item, item.embedding.vectors())
+            self._slots.finished(item.document_id)
+        failed |= self._embed_portions(continuing)
+        for item, _ in continuing:
+            if item.document_id in failed:
+                self._slots.finished(item.document_id)
+        return [item for item in active if item.embedding.left and item.document_id not in failed]
+
+    def _embed_portions(self, portions: list[tuple[_Prepared, list[str]]]) -> set[int]:
+        """Embed the portions in one call (one by one if that fails: one document's bad
+        text must not fail the others); the ids of documents that failed."""
+        if not portions:
+            return set()
+        texts = [text for _, part in portions for text in part]
         try:
-            # One call for all: sorted by length, the embedder's batches stay whole.
-            vectors = self._embed([text for p in prepared for text in p.texts])
-        except IngestStopped:
-            raise
+            vectors = self._embed(texts)
         except Exception:
-            log.exception("embedding %d documents together failed; one by one", len(prepared))
-            for item in prepared:
-                self._embed_and_index_alone(item)
-            return
+            if len(portions) == 1:
+                item = portions[0][0]
+                log.exception("embedding document %s failed", item.document_id)
+                self._fail(item.document_id, "internal error while embedding; see the server log")
+                return {item.document_id}
+            log.exception("embedding %d documents together failed; one by one", len(portions))
+            failed: set[int] = set()
+            for portion in portions:
+                failed |= self._embed_portions([portion])
+            return failed
         offset = 0
-        for item in prepared:
-            self._report(item.document_id, "embedded")
-            item_vectors = vectors[offset : offset + len(item.chunk_ids)]
-            offset += len(item.chunk_ids)
-            self._index_safely(item, item_vectors)
-
-    def _embed_and_index_alone(self, item: _Prepared) -> None:
-        try:
-            vectors = self._embed(item.texts)
-        except IngestStopped:
-            raise
-        except Exception:
-            log.exception("embedding document %s failed", item.document_id)
-            self._fail(item.document_id, "internal error while embedding; see the server log")
-            return
-        self._report(item.document_id, "embedded")
-        self._index_safely(item, vectors)
+        for item, part in portions:
+            item.embedding.add(vectors[offset : offset + len(part)])
+            offset += len(part)
+        return set()
 
     def _embed(self, texts: list[str]) -> Vectors:
-        """Vectors for ``texts`` a slice at a time; IngestStopped between slices on stop.
-        Slices are cut from the texts sorted by length, so the embedder's batches stay
-        even across the documents of a batch, and the vectors are put back in order."""
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        parts: list[Vectors] = []
-        for start in range(0, len(texts), EMBED_SLICE):
-            if self._stopping.is_set():
-                raise IngestStopped
-            part = [texts[i] for i in order[start : start + EMBED_SLICE]]
-            cache = self.cache
-            parts.append(
-                self.embedder.embed_batch(part)
-                if cache is None
-                else cache.embed(self.embedder, part)
-            )
-        if not parts:
+        if not texts:
             return np.zeros((0, self.embedder.dimension), dtype=np.float32)
-        vectors = np.concatenate(parts)
-        inverse = np.empty(len(order), dtype=np.int64)
-        inverse[order] = np.arange(len(order))
-        return vectors[inverse]
+        cache = self.cache
+        if cache is None:
+            return self.embedder.embed_batch(texts)
+        return cache.embed(self.embedder, texts)
 
     def _index_safely(self, item: _Prepared, vectors: Vectors) -> None:
         try:
@@ -346,8 +392,8 @@ class IngestWorker:
             self._fail(item.document_id, "internal error while indexing; see the server log")
 
     def _parse_safely(self, document_id: int) -> _Parsed | None:
-        """Parse one document (in a parse slot, or the caller's thread); None when there is
-        nothing more to do: failures are recorded here."""
+        """Parse and chunk one document (in a parse slot, or the caller's thread); None when
+        there is nothing more to do: failures are recorded here."""
         try:
             return self._parse(document_id)
         except DocumentGone:
@@ -366,6 +412,7 @@ class IngestWorker:
         try:
             data = self.files.read(document.stored_name)
             parsed = self.parse(data, document.kind, document.filename)
+            chunks = self._chunk(parsed)
         except ParseError as exc:
             self._fail(document_id, exc.reason)
             return None
@@ -376,7 +423,28 @@ class IngestWorker:
             log.warning("parser unavailable; document %s stays queued", document_id)
             self.store.set_status(document_id, DocumentStatus.QUEUED)
             return None
-        return _Parsed(document_id, parsed, started)
+        return _Parsed(document_id, document.collection_id, parsed, chunks, started)
+
+    def _chunk(self, parsed: ParsedDocument) -> list[ChunkSpan]:
+        """The document's passages; ParseError past ``max_document_passages`` (chunking
+        stops there: a huge file costs no more than the cap)."""
+        cap = self.config.max_document_passages
+        chunks: list[ChunkSpan] = []
+        for page in parsed.pages:
+            chunks.extend(
+                chunk_page(
+                    page,
+                    max_tokens=self.config.chunk_tokens,
+                    overlap_tokens=self.config.chunk_overlap_tokens,
+                    count_tokens=self.embedder.count_tokens,
+                )
+            )
+            if len(chunks) > cap:
+                raise ParseError(
+                    f"the document has more than {cap:,} passages, the most one document may "
+                    "have (max_document_passages); split it into smaller files"
+                )
+        return chunks
 
     def _prepare_safely(self, item: _Parsed) -> _Prepared | None:
         try:
@@ -387,19 +455,9 @@ class IngestWorker:
             return None
 
     def _prepare(self, item: _Parsed) -> _Prepared | None:
-        """Chunk and store one parsed document; None when it was deleted meanwhile."""
-        document_id, parsed = item.document_id, item.document
+        """Store one parsed document's passages; None when it was deleted meanwhile."""
+        document_id, parsed, chunks = item.document_id, item.document, item.chunks
         try:
-            chunks = [
-                span
-                for page in parsed.pages
-                for span in chunk_page(
-                    page,
-                    max_tokens=self.config.chunk_tokens,
-                    overlap_tokens=self.config.chunk_overlap_tokens,
-                    count_tokens=self.embedder.count_tokens,
-                )
-            ]
             stored = self.store.replace_content(document_id, parsed, chunks)
             # What the parse left out stays on the document, indexed or not (its ``error``).
             note = " ".join(parsed.warnings) or None
@@ -411,7 +469,13 @@ class IngestWorker:
         title = stored_title(parsed.title)
         texts = [embedding_text(title, chunk) for chunk in chunks]
         return _Prepared(
-            document_id, stored.ids, texts, len(parsed.pages), item.started, stored.kept
+            document_id,
+            item.owner,
+            stored.ids,
+            Embedding(texts, self.embedder.dimension),
+            len(parsed.pages),
+            item.started,
+            stored.kept,
         )
 
     def _index(self, item: _Prepared, vectors: Vectors) -> None:

@@ -125,6 +125,17 @@ class DocumentStore:
         rows = list(self.db.read().query("SELECT * FROM documents WHERE id = ?", [document_id]))
         return DocumentRecord.from_row(rows[0]) if rows else None
 
+    def live_documents(self, document_ids: Collection[int]) -> set[int]:
+        """Those of ``document_ids`` that still exist (not deleted)."""
+        if not document_ids:
+            return set()
+        placeholders = ",".join("?" * len(document_ids))
+        rows = self.db.read().execute(
+            f"SELECT id FROM documents WHERE id IN ({placeholders})",  # noqa: S608
+            list(document_ids),
+        )
+        return {int(row[0]) for row in rows}
+
     def list_documents(self, collection_id: int | None = None) -> list[DocumentRecord]:
         where, params = ("WHERE collection_id = ?", [collection_id]) if collection_id else ("", [])
         rows = self.db.read().query(f"SELECT * FROM documents {where} ORDER BY id DESC", params)  # noqa: S608

@@ -185,6 +185,14 @@ def test_stop_does_not_wait_for_the_backlog(tmp_path: Path) -> None:
     kit = make_kit(tmp_path)
     index, _ = kit.open_index()
     worker = kit.worker(index)
+    parsing, release = threading.Event(), threading.Event()
+
+    def held_parse(data: bytes, kind: DocumentKind, filename: str) -> ParsedDocument:
+        parsing.set()
+        release.wait(30)  # the first parses are under way when stop() is called
+        return parse_document(data, kind, filename)
+
+    worker.parse = held_parse
     ids = [
         kit.library.submit(data=f"doc {i} text".encode(), filename=f"{i}.txt", collection_id=1)[
             0
@@ -192,8 +200,14 @@ def test_stop_does_not_wait_for_the_backlog(tmp_path: Path) -> None:
         for i in range(300)
     ]
     kit.library.attach_worker(worker)
-    time.sleep(0.05)
-    assert worker.stop(timeout=10)
+    assert parsing.wait(30)
+    stopping = threading.Thread(target=lambda: stopped.append(worker.stop(timeout=10)))
+    stopped: list[bool] = []
+    stopping.start()
+    wait_for(worker._stopping.is_set)
+    release.set()
+    stopping.join(30)
+    assert stopped == [True]
     statuses = {kit.store.get_document(i).status for i in ids}  # type: ignore[union-attr]
     assert DocumentStatus.QUEUED in statuses  # the rest waits in SQLite for the next start
     assert not worker.alive
@@ -322,3 +336,104 @@ def test_n3_stop_while_a_large_document_embeds_returns_between_slices_and_resume
     finally:
         again.stop()
     assert kit.store.get_document(big.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
+
+
+class HeldSlices:
+    """An embedder whose calls each wait for the test to let one through."""
+
+    def __init__(self, embed):  # type: ignore[no-untyped-def]
+        self.embed = embed
+        self.allowed = threading.Semaphore(0)
+        self.calls: list[list[str]] = []
+        self.waiting = threading.Event()
+
+    def __call__(self, texts):  # type: ignore[no-untyped-def]
+        self.calls.append(list(texts))
+        self.waiting.set()
+        assert self.allowed.acquire(timeout=30), "the test never let this slice through"
+        return self.embed(texts)
+
+    def let_one_through(self) -> None:
+        self.waiting.clear()
+        self.allowed.release()
+
+
+def big_text(paragraphs: int) -> bytes:
+    return "\n\n".join(
+        f"Paragraph {i} says something about topic {i}." for i in range(paragraphs)
+    ).encode()
+
+
+def test_n2_a_large_document_does_not_hold_up_another_collections_upload(tmp_path: Path) -> None:
+    from retrieval.ingest import EMBED_SLICE
+
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    held = HeldSlices(kit.embedder.embed_batch)
+    kit.embedder.embed_batch = held  # type: ignore[method-assign]
+    big, _ = kit.library.submit(data=big_text(8000), filename="big.txt", collection_id=1)
+    theirs = kit.store.ensure_collection("another team")
+    kit.library.attach_worker(worker)
+    try:
+        wait_for(held.waiting.is_set)  # the big document's first slice is under way
+        small, _ = kit.library.submit(
+            data=b"Parking costs 4 euros.", filename="small.txt", collection_id=theirs
+        )
+        wait_for(lambda: worker._slots.results.qsize() == 1)  # parsed, waiting for a slice
+        held.let_one_through()  # the big document's first slice ends
+        wait_for(held.waiting.is_set)
+        assert [t.split("\n")[1] for t in held.calls[1]] == ["Parking costs 4 euros."]
+        held.let_one_through()  # the small upload completes first, in a call of its own
+        wait_for(lambda: kit.store.get_document(small.id).status.is_terminal)  # type: ignore[union-attr]
+        assert kit.store.get_document(small.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
+        assert kit.store.get_document(big.id).status is DocumentStatus.EMBEDDING  # type: ignore[union-attr]
+        wait_for(lambda: len(held.calls) == 3)
+        assert len(held.calls[2]) == EMBED_SLICE - 1  # the big document had the rest of it
+    finally:
+        held.allowed.release(1000)
+        assert worker.stop()
+
+
+def test_n2_deleting_a_document_stops_its_embedding_within_a_slice(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index)
+    held = HeldSlices(kit.embedder.embed_batch)
+    kit.embedder.embed_batch = held  # type: ignore[method-assign]
+    big, _ = kit.library.submit(data=big_text(8000), filename="big.txt", collection_id=1)
+    kit.library.attach_worker(worker)
+    try:
+        wait_for(held.waiting.is_set)
+        kit.library.delete(big.id)
+        held.let_one_through()  # the slice under way ends; the next round drops the document
+        wait_for(lambda: worker.pending == 0)
+        later, _ = kit.library.submit(data=b"A later note.", filename="later.txt", collection_id=1)
+        wait_for(held.waiting.is_set)
+        held.let_one_through()
+        wait_for(lambda: kit.store.get_document(later.id).status.is_terminal)  # type: ignore[union-attr]
+    finally:
+        held.allowed.release(1000)
+        assert worker.stop()
+    assert len(held.calls) == 2  # the big document's one slice, then the later note
+    assert held.calls[1] == [text for text in held.calls[1] if "later note" in text.lower()]
+    assert kit.store.get_document(big.id) is None
+    assert sorted(index.ids().tolist()) == sorted(
+        kit.store.embedded_chunk_ids(kit.embedder.model_id).tolist()
+    )
+
+
+def test_n2_a_document_over_the_passage_cap_fails_with_the_reason(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    calls: list[int] = []
+    embed = kit.embedder.embed_batch
+    kit.embedder.embed_batch = lambda texts: calls.append(len(texts)) or embed(texts)  # type: ignore[method-assign]
+    huge, _ = kit.library.submit(data=big_text(500), filename="huge.txt", collection_id=1)
+    fits, _ = kit.library.submit(data=big_text(5), filename="fits.txt", collection_id=1)
+    kit.worker(index, max_document_passages=50).ingest_many([huge.id, fits.id])
+    failed = kit.store.get_document(huge.id)
+    assert failed is not None and failed.status is DocumentStatus.FAILED
+    assert failed.error is not None and "more than 50 passages" in failed.error
+    assert kit.store.get_document(fits.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
+    assert sum(calls) < 50  # nothing of the huge document was embedded

@@ -51,6 +51,12 @@ class IngestSettings(Section):
         description="Documents parsed at once, each in its own sandboxed process, taken in "
         "turn from each collection: one collection's slow file never holds up the others.",
     )
+    max_document_passages: int = Field(
+        100_000,
+        ge=1,
+        description="Most passages one document may be cut into; a larger one fails with a "
+        "reason (split it). Bounds the memory and time one upload can take.",
+    )
     ocr: bool = Field(
         True,
         description="Read scanned PDF pages (no text layer, or one of glyph soup) by OCR, in "
