@@ -24,6 +24,7 @@ from llm.backend import FakeBackend
 from llm.params import Finished
 from llm.registry import Registry
 from retrieval.search import Retriever
+from tests.conftest import wait_for
 from tests.retrieval_kit import Kit, make_kit
 
 POLICY = b"# Leave\n\nStaff receive 28 days of paid leave every year."
@@ -152,7 +153,7 @@ def test_leaving_mid_stream_stops_generation_within_a_token(tmp_path: Path) -> N
         await stream.aclose()  # what a disconnecting client does to the SSE generator
 
     asyncio.run(read_three_then_leave())
-    time.sleep(0.3)
+    wait_for(lambda: bool(told))  # told once the answer is stored
     stored = chat.conversations.messages(1)[-1]
     assert stored.role == "assistant" and stored.content.endswith("(stopped)")
     assert generator.produced <= 5  # the producer thread stopped, it did not run to 200

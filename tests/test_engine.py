@@ -100,11 +100,8 @@ def test_a_new_request_joins_while_another_streams(model: LocalModel) -> None:
     long = model.submit(CompletionRequest("Count from 1 to 400: 1, 2,", SamplingParams(256, 0)))
     events = iter(long)
     next(events)  # the first stream is running
-    started = time.monotonic()
     run(model, CompletionRequest("Hello", SamplingParams(max_tokens=4, temperature=0)))
-    joined_after = time.monotonic() - started
     assert long.finished is None  # still streaming when the second request completed
-    assert joined_after < 2.0
     long.cancel()
     assert next(e for e in events if isinstance(e, Finished)).reason == "cancelled"
 
@@ -179,9 +176,10 @@ def test_refusals_come_before_any_inference(model: LocalModel) -> None:
         running.cancel()
         left = next(e for e in queued if isinstance(e, Finished))
         assert left.reason == "cancelled" and left.usage.completion_tokens == 0
-        started = time.monotonic()
+        stopped = next(e for e in running if isinstance(e, Finished))
+        assert stopped.reason == "cancelled" and stopped.usage.completion_tokens < 200
         _, after = run(small, CompletionRequest("Hi", SamplingParams(2, 0)))
-        assert after.reason == "length" and time.monotonic() - started < 1.0
+        assert after.reason == "length"
         expired = CompletionRequest("Hi", SamplingParams(2, 0), deadline=time.monotonic() - 1)
         assert run(small, expired)[1].reason == "deadline"
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from typing import Any
 
 from litestar.testing import TestClient
@@ -70,8 +69,11 @@ def test_editing_a_question_still_being_answered_is_a_conflict(client: TestClien
     chat = services.require_chat()
     search = chat.retriever.search
 
+    retrieving, release = threading.Event(), threading.Event()
+
     def slow(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(1.5)  # the answer is still retrieving: no completion is running yet
+        retrieving.set()  # the answer is still retrieving: no completion is running yet
+        release.wait(30)
         return search(*args, **kwargs)
 
     chat.retriever.search = slow  # type: ignore[method-assign]
@@ -83,8 +85,9 @@ def test_editing_a_question_still_being_answered_is_a_conflict(client: TestClien
         target=lambda: streamed.append(client.get(f"/ui/answers/{question.id}/stream").text)
     )
     reader.start()
-    time.sleep(0.5)
+    assert retrieving.wait(30)
     edit = client.post(f"/ui/messages/{question.id}/edit", data={"message": "edited?"})
+    release.set()
     reader.join(30)
     assert edit.status_code == 409
     assert "Server error" not in streamed[0]
