@@ -223,5 +223,17 @@ def _serve(**overrides: Any) -> None:
         os._exit(0)
 
 
-if __name__ == "__main__":
+# Files and directories Ragdesk creates are its owner's alone (0600 and 0700): the
+# database, uploads, the index, backups and manifests alike (docs/SECURITY.md).
+PRIVATE_UMASK = 0o077
+
+
+def run() -> None:
+    """The ``ragdesk`` command: :func:`main` with private file modes. (Tests call main()
+    in their own process, whose umask they keep.)"""
+    os.umask(PRIVATE_UMASK)
     main()
+
+
+if __name__ == "__main__":
+    run()

@@ -8,6 +8,7 @@ from litestar import Litestar, Request, Response
 from litestar.config.cors import CORSConfig
 from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.datastructures import State
+from litestar.exceptions import NotFoundException
 from litestar.middleware import DefineMiddleware
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
@@ -56,6 +57,8 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
+
+MAX_FILE_NAME_BYTES = 255  # one path part, on every common file system
 
 
 # Browsers that reached us over HTTPS (directly, or through a trusted proxy that says so)
@@ -126,7 +129,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
             openai_router,
             metrics_endpoint,
             create_static_files_router(
-                path="/static", directories=[settings.static_dir], opt={"public": True}
+                path="/static",
+                directories=[settings.static_dir],
+                opt={"public": True},
+                before_request=_refuse_impossible_file_names,
             ),
         ],
         state=State({"settings": settings, "drain": drain}),
@@ -160,3 +166,11 @@ def _cors(settings: Settings) -> CORSConfig | None:
         allow_headers=["Authorization", "Content-Type"],
         allow_credentials=False,
     )
+
+
+def _refuse_impossible_file_names(request: Request[Any, Any, Any]) -> None:
+    """A name no file system can hold (a part over 255 bytes, a NUL) is a 404 here, not
+    the OSError (500) the static router would meet opening it."""
+    parts = request.url.path.split("/")
+    if any(len(part.encode()) > MAX_FILE_NAME_BYTES or "\0" in part for part in parts):
+        raise NotFoundException("no such file")

@@ -21,3 +21,20 @@ _INVISIBLE = re.compile(
 def shown(text: str) -> str:
     """``text`` with every direction-changing or invisible character made visible."""
     return _INVISIBLE.sub(REPLACEMENT, text)
+
+
+# C0 and C1 controls (BEL, ESC, backspace ...), which no display should act on.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_LINE_BREAK = re.compile("[\t\n]")
+
+
+def shown_text(text: str) -> str:
+    """:func:`shown`, and every control character but tab and newline made visible too:
+    for text people typed (a comment), whose lines are kept."""
+    return _CONTROL.sub(REPLACEMENT, shown(text))
+
+
+def shown_line(text: str) -> str:
+    """:func:`shown_text` where a tab or newline is shown too: for one-line names (a path,
+    a key) that must not look like two."""
+    return _LINE_BREAK.sub(REPLACEMENT, shown_text(text))

@@ -61,16 +61,16 @@ def test_bulk_ingest_reports_each_file_and_skips_what_is_indexed(tmp_path: Path)
         listener=lambda path, outcome, _: events.append((path.name, outcome)),
     )
     summary = bulk.run([docs])
-    assert (summary.files, summary.indexed, summary.already_indexed) == (7, 5, 0)
-    assert sorted(p.name for p, _ in summary.failed) == ["empty.txt", "fake.pdf"]
-    assert [p.name for p, _ in summary.skipped] == ["picture.png"]
+    assert (summary.files, summary.indexed, summary.already_indexed) == (6, 5, 0)
+    assert [p.name for p, _ in summary.failed] == ["empty.txt"]
+    assert sorted(p.name for p, _ in summary.skipped) == ["fake.pdf", "picture.png"]
     for stage in ("queued", "parsed", "embedded", "indexed"):
         assert ("note-000.md", stage) in events
     assert index.count == summary.chunks > 0
 
     again = BulkIngest(kit.library, kit.worker(index), kit.collection_id).run([docs])
-    assert (again.indexed, again.already_indexed, len(again.failed)) == (0, 5, 2)
-    assert len(kit.store.list_documents()) == 7  # nothing was added twice
+    assert (again.indexed, again.already_indexed, len(again.failed)) == (0, 5, 1)
+    assert len(kit.store.list_documents()) == 6  # nothing was added twice
 
 
 def read_summary(text: str) -> dict[str, int]:

@@ -36,12 +36,29 @@ def parse(data: bytes, filename: str):  # type: ignore[no-untyped-def]
         (b"# Title", "notes.markdown", DocumentKind.MARKDOWN),
         (b"plain words", "notes.txt", DocumentKind.TEXT),
         (b"plain words", "notes.text", DocumentKind.TEXT),
-        (b"not really a pdf", "claims.pdf", DocumentKind.PDF),  # fails later, with a reason
+        (b"%PDF-1.7\n truncated", "broken.pdf", DocumentKind.PDF),  # fails later, with a reason
         (b"", "empty.txt", DocumentKind.TEXT),
     ],
 )
 def test_detect_kind(data: bytes, filename: str, kind: DocumentKind) -> None:
     assert detect_kind(data, filename) is kind
+
+
+@pytest.mark.parametrize(
+    ("data", "filename", "said"),
+    [
+        (b"<!DOCTYPE html><html><body>x</body></html>", "invoice.pdf", "is not a PDF"),
+        (b'<svg xmlns="http://www.w3.org/2000/svg"></svg>', "logo.pdf", "is not a PDF"),
+        (b"MZ\x90\x00" + bytes(range(256)), "setup.pdf", "is not a PDF"),
+        (b"plain words", "letter.docx", "is not a DOCX"),
+    ],
+)
+def test_n_content_named_pdf_or_docx_that_is_not_one_is_refused_at_upload(
+    data: bytes, filename: str, said: str
+) -> None:
+    """#30: HTML, SVG or a program named .pdf was accepted, then failed in parsing."""
+    with pytest.raises(UnsupportedDocumentType, match=said):
+        detect_kind(data, filename)
 
 
 def test_docx_is_detected_by_content() -> None:

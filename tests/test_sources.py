@@ -15,7 +15,8 @@ from litestar.testing import TestClient
 
 from app.config.settings import Settings
 from app.sources.command import run_sync
-from app.sources.readers import OUT_OF_ROOT
+from app.sources.readers import HARD_LINK, OUT_OF_ROOT
+from retrieval.display import REPLACEMENT
 from tests.conftest import add_key, add_user, fake_settings, signed_in, upload, wait_for
 
 BINARY = b"\x00\x01\x02\x03 not text at all \xff\xfe"
@@ -176,6 +177,29 @@ def test_symlinks_out_of_the_root_are_refused(
     assert (run["added"], run["skipped"]) == (2, 2)
     assert found(api, "wombat password") == set()
     assert all("wombat" not in d["filename"] for d in documents(api))
+
+
+def test_n_hard_links_in_a_synced_directory_are_refused(
+    api: TestClient[Any], root: Path, tmp_path: Path
+) -> None:
+    """#30: a hard link inside the synced directory to a file outside it was ingested."""
+    outside = tmp_path / "outside"
+    write(outside, {"secret.md": "# Secret\n\nThe wombat password is hunter2."})
+    write(root, {"inside.md": "# Inside\n\nThe capybara desk is by the window."})
+    os.link(outside / "secret.md", root / "leak.md")
+    source = create(api, name="links", kind="directory", path=str(root))
+    run = sync(api, source["id"])
+    assert {p["path"]: p["reason"] for p in run["problems"]} == {"leak.md": HARD_LINK}
+    assert found(api, "wombat password") == set()
+    assert found(api, "capybara desk") == {"Inside"}
+
+
+def test_n_a_source_path_with_nul_is_422_not_500(api: TestClient[Any], root: Path) -> None:
+    response = api.post(
+        "/api/sources", json={"name": "x", "kind": "directory", "path": f"{root}/a\u0000b"}
+    )
+    assert response.status_code == 422
+    assert "NUL" in response.json()["error"]["detail"]
 
 
 def test_paths_out_of_the_roots_are_refused(api: TestClient[Any], root: Path) -> None:
@@ -388,3 +412,26 @@ def test_trigger_reports_the_run_as_running_even_when_it_fails_at_once() -> None
     assert run.status == "running"
     assert finished.wait(5) and statuses[1] == "failed"
     scheduler.stop()
+
+
+def test_n_u202e_bel_and_newlines_in_synced_paths_are_not_raw_on_the_history(
+    api: TestClient[Any], root: Path
+) -> None:
+    write(
+        root,
+        {
+            "re\u202eport\x07.md": "# Report\n\nThe okapi budget is 12 euros.",
+            "two\nlines.md": "x" * 0,
+        },
+    )
+    source = create(api, name="odd-names", kind="directory", path=str(root))
+    sync(api, source["id"])
+    for page in (
+        api.get(f"/admin/sources/{source['id']}/history").text,
+        api.get("/admin/sources").text,
+    ):
+        assert "\u202e" not in page and "\x07" not in page
+        assert "two\nlines" not in page
+    history = api.get(f"/admin/sources/{source['id']}/history").text
+    assert f"re{REPLACEMENT}port{REPLACEMENT}.md" in history
+    assert f"two{REPLACEMENT}lines.md" in history

@@ -17,6 +17,8 @@ from typing import Protocol
 from retrieval.parsers import SUPPORTED_EXTENSIONS
 
 OUT_OF_ROOT = "symlink out of the source root"
+# A hard link cannot be told from the file it names: it may be one outside the root.
+HARD_LINK = "hard-linked file (it may be a file outside the source root)"
 
 
 class SourceUnavailable(Exception):
@@ -106,6 +108,8 @@ class DirectoryReader:
             opened = Path(f"/proc/self/fd/{fd}")
             if opened.exists() and not within(opened.resolve(), self.root):
                 raise OSError(OUT_OF_ROOT)
+            if os.fstat(fd).st_nlink > 1 and not (self.root / entry.path).is_symlink():
+                raise OSError(HARD_LINK)  # linked after it was listed
             data = file.read(max_bytes + 1)
         if len(data) > max_bytes:
             raise TooLarge(f"larger than the upload limit ({max_bytes} bytes)")
@@ -121,6 +125,8 @@ class DirectoryReader:
             return Entry(path, error=f"cannot read: {exc.strerror or exc}")
         if not stat.S_ISREG(info.st_mode):
             return Entry(path, refused="not a regular file")
+        if info.st_nlink > 1 and not full.is_symlink():
+            return Entry(path, refused=HARD_LINK)
         version = f"{info.st_mtime_ns}:{info.st_ino}"
         return Entry(path, size=info.st_size, version=version)
 

@@ -117,6 +117,8 @@ class Sources:
         first, so neither leads out of them)."""
         if not path or not Path(path).is_absolute():
             raise InvalidSource("a directory source needs an absolute 'path'")
+        if "\0" in path:  # no file system holds one; resolve() would raise
+            raise InvalidSource("a directory source's 'path' cannot contain a NUL character")
         roots = [root.resolve() for root in self.settings.source_roots]
         if not roots:
             raise InvalidSource("directory sources are off: list roots in RAGDESK_SOURCE_ROOTS")

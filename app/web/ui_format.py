@@ -8,6 +8,7 @@ from typing import Any
 
 from app.chat.records import Message
 from app.chat.rendering import UNGROUNDED_NOTE, shown_citations, ungrounded
+from retrieval.display import shown_line, shown_text
 
 
 def filesize(size: int) -> str:
@@ -35,6 +36,8 @@ def register_filters(filters: dict[str, Any]) -> None:
     filters.update(filesize=filesize, isotime=isotime, shorttime=shorttime, shortdate=shortdate)
     filters.update(ungrounded_note=ungrounded_note, shown_citations=shown_citations)
     filters.update(copy_text=copy_text, plain_error=plain_error, plural=plural)
+    # Text from outside (file paths, sync errors, comments) with controls made visible.
+    filters.update(visible=shown_line, visible_text=shown_text)
 
 
 def plural(count: int, word: str) -> str:

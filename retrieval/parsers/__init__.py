@@ -55,9 +55,10 @@ def detect_kind(data: bytes, filename: str) -> DocumentKind:
     """Format of an upload, judged by its bytes and then its extension.
 
     Raises :class:`UnsupportedDocumentType` (the API answers 415) for content that is
-    neither PDF nor DOCX under a name without a supported extension, and for binary
-    content behind a text extension. Files that claim a format but are broken are
-    accepted here and fail in parsing with a reason.
+    neither PDF nor DOCX under a name without a supported extension, for content named
+    .pdf or .docx that is not one (HTML, SVG, a program), and for binary content behind a
+    text extension. A real PDF or DOCX that is damaged is accepted here and fails in
+    parsing with a reason.
     """
     claimed = _EXTENSIONS.get(PurePath(filename).suffix.lower())
     head = data[:_SNIFF_BYTES]
@@ -70,8 +71,10 @@ def detect_kind(data: bytes, filename: str) -> DocumentKind:
         if claimed is DocumentKind.DOCX or _is_docx_zip(data):
             return DocumentKind.DOCX
         raise _unsupported("ZIP archives other than DOCX are not supported")
-    if claimed in (DocumentKind.PDF, DocumentKind.DOCX):
-        return claimed  # broken file of a supported format: fails in parsing with a reason
+    if claimed is DocumentKind.PDF:  # HTML, SVG, a program ... named .pdf
+        raise _unsupported("this file is named .pdf but is not a PDF (no PDF header)")
+    if claimed is DocumentKind.DOCX:
+        raise _unsupported("this file is named .docx but is not a DOCX (not a ZIP archive)")
     if _looks_binary(head):
         raise _unsupported("binary file of an unsupported type")
     if claimed is None:  # text, but of a type we do not index (SVG, a script, a log, ...)
