@@ -51,6 +51,7 @@ test: lint typecheck pytest
 bench: setup
 	$(BIN)/python -m bench.ingest
 	$(BIN)/python -m bench.ingest_chat
+	$(BIN)/python -m bench.fair_ingest
 	$(BIN)/python -m bench.query
 	$(BIN)/python -m bench.chat
 	$(BIN)/python -m bench.serving
