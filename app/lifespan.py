@@ -31,7 +31,7 @@ from app.config.settings import Settings
 from app.metrics import Metrics
 from app.migrations import open_database
 from app.state import Retrieval, Services
-from llm.engine.kv_disk import sweep_kv_leftovers
+from llm.engine.kv_disk import give_back_space, sweep_kv_leftovers
 from llm.models import sweep_partial_models
 from llm.params import ModelUnavailable
 from llm.registry import Registry
@@ -51,6 +51,9 @@ def open_services(settings: Settings) -> Services:
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
     db = open_database(settings.db_path)
     store = DocumentStore(db)
+    disk = DiskWatch(settings.server.data_dir)
+    kv_floor = settings.generation.kv_disk_min_free_bytes
+    disk.reclaimers.append(lambda: give_back_space(settings.kv_dir, kv_floor))
     services: Services = Services(
         settings=settings,
         db=db,
@@ -67,9 +70,10 @@ def open_services(settings: Settings) -> Services:
         metrics=Metrics(
             lambda: services.loaded_models(),
             lambda: services.retrieval.worker if services.retrieval is not None else None,
+            disk,
         ),
         auth=open_auth(settings, db),
-        disk=DiskWatch(settings.server.data_dir),
+        disk=disk,
     )
     ensure_first_admin(services.auth)
     _sweep_crash_leftovers(services)

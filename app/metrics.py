@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from app.fleet_metrics import FleetGauges
 from llm.backend import Backend
 from llm.params import FinishReason, Usage
+from retrieval.disk import DiskWatch
 
 if TYPE_CHECKING:
     from retrieval.ingest import IngestWorker
@@ -32,6 +33,7 @@ class Metrics:
         self,
         loaded: Callable[[], list[Backend]],
         worker: Callable[[], IngestWorker | None] = lambda: None,
+        disk: DiskWatch | None = None,
     ):
         self.registry = CollectorRegistry()
         r = self.registry
@@ -79,6 +81,8 @@ class Metrics:
         r.register(_BackendGauges(loaded))
         r.register(_RetrievalGauges(worker))
         r.register(FleetGauges(loaded))  # per-endpoint: app/fleet_metrics.py
+        if disk is not None:
+            r.register(_DiskGauges(disk))
 
     # --- EngineObserver ---------------------------------------------------------------------
     def first_token(self, model: str, seconds: float) -> None:
@@ -159,6 +163,25 @@ class _BackendGauges(Collector):
                 counter.add_metric([backend.name], getattr(stats, field))
         yield from families.values()
         yield from disk.values()
+
+
+class _DiskGauges(Collector):
+    """The data directory's disk: readiness stays 200 when it is full (reads still work),
+    so this is where an alert looks."""
+
+    def __init__(self, disk: DiskWatch):
+        self._disk = disk
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "ragdesk_disk_full",
+            "1 while the data directory's disk is full (writes refused with 507).",
+            value=int(self._disk.full),
+        )
+        if (free := self._disk.free_bytes()) is not None:
+            yield GaugeMetricFamily(
+                "ragdesk_disk_free_bytes", "Free space on the data directory's disk.", value=free
+            )
 
 
 class _RetrievalGauges(Collector):

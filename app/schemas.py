@@ -160,6 +160,11 @@ class Health(msgspec.Struct):
     detail: str | None = None
 
 
+class Readiness(Health):
+    # "full" while writes are refused for space: reads go on, so readiness stays 200.
+    disk: str = "ok"
+
+
 # --- collections, conversations, accounts -------------------------------------------------
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 

@@ -64,8 +64,6 @@ class Services:
             return "; ".join(self.load_errors)
         if self.retrieval is not None and not self.retrieval.worker.alive:
             return "the ingestion worker has stopped; see the server log"
-        if self.disk.full:
-            return f"the disk of {self.settings.server.data_dir} is full"
         return self.parser.problem
 
     @property
@@ -81,8 +79,6 @@ class Services:
             kinds.append("a component failed to load")
         if self.retrieval is not None and not self.retrieval.worker.alive:
             kinds.append("the ingestion worker has stopped")
-        if self.disk.full:
-            kinds.append("the disk is full")
         if self.parser.problem:
             kinds.append("the document parser does not start")
         return "; ".join(kinds) or "not ready"

@@ -48,6 +48,7 @@ class LocalModelConfig:
     batch_invariant: bool = False
     kv_disk_dir: Path | None = None
     kv_disk_bytes: int = 0
+    kv_disk_min_free_bytes: int = 0
     speculative: SpeculativeMethod = "off"
     speculative_tokens: int = 4
     speculative_max_running: int = 2
@@ -84,6 +85,7 @@ class LocalModel:
                 config.kv_disk_dir / config.name,
                 budget_bytes=config.kv_disk_bytes,
                 model_fingerprint=fingerprint,
+                min_free_bytes=config.kv_disk_min_free_bytes,
             )
         self._disk = disk
         try:

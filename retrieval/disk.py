@@ -5,8 +5,9 @@ Writes fail in many places when the data directory's disk fills (SQLite's "datab
 disk is full", ``ENOSPC`` from a file write, a FAISS save). Each is already made atomic
 (a transaction, a temp file and a rename), so nothing half-written survives; what this
 module adds is that callers can tell the condition apart from a bug (the HTTP layer
-answers 507), that it is logged once rather than on every retry, and that readiness can
-report it.
+answers 507), that it is logged once rather than on every retry, that caches give space
+back when it happens, and that readiness and ``/metrics`` report it (without taking the
+server out of rotation: reads still work on a full disk).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -52,9 +54,13 @@ class DiskWatch:
         self._failed_at: float | None = None
         self._told = False
         self._lock = threading.Lock()
+        # Caches that give space back when a write of users' data fails for space: each
+        # returns the bytes it freed (the KV disk cache: llm.engine.kv_disk.give_back_space).
+        self.reclaimers: list[Callable[[], int]] = []
 
     def saw(self, exc: BaseException) -> bool:
-        """Record ``exc`` if it is a full disk (returns whether it was)."""
+        """Record ``exc`` if it is a full disk (returns whether it was); caches are asked
+        to give space back, so the write can succeed when retried."""
         if not is_disk_full(exc):
             return False
         with self._lock:
@@ -62,7 +68,26 @@ class DiskWatch:
             if not self._told:
                 self._told = True
                 log.error("the disk of %s is full: writes are refused until it has room", self.path)
+        self.reclaim()
         return True
+
+    def reclaim(self) -> int:
+        """Ask every cache to give space back; the bytes freed."""
+        freed = 0
+        for reclaimer in self.reclaimers:
+            try:
+                freed += reclaimer()
+            except Exception:  # a cache that cannot free space must not fail the caller
+                log.exception("a cache could not give disk space back")
+        if freed:
+            log.warning("caches gave %.1f MiB of disk space back", freed / 2**20)
+        return freed
+
+    def free_bytes(self) -> int | None:
+        try:
+            return shutil.disk_usage(self.path).free
+        except OSError:
+            return None
 
     @property
     def full(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -49,6 +50,8 @@ Progress = Callable[[int, str, str | None], None]
 # most, never for a whole large document. Each slice's vectors go to the embedding cache,
 # so a document interrupted by a stop resumes where it was on the next start.
 EMBED_SLICE = 512
+# A document a full disk stopped is queued again this long after (it stays ``queued``).
+DISK_RETRY_S = 30.0
 
 
 class IngestStopped(Exception):
@@ -130,6 +133,8 @@ class IngestWorker:
         self._last_checkpoint = time.monotonic()
         self._checkpoint_failing = False
         self._embedding = 0  # documents the worker thread is embedding
+        self._retry: dict[int, float] = {}  # document id -> when to queue it again (disk full)
+        self._retry_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="ragdesk-ingest", daemon=True)
 
     @property
@@ -204,6 +209,7 @@ class IngestWorker:
     def _run(self) -> None:
         active: list[_Prepared] = []  # stored, partly embedded: they share the slices
         while not self._stopping.is_set():
+            self._requeue_due()
             arrived = self._take_parsed(self.config.max_batch_documents - len(active))
             if arrived is None:  # idle
                 if self.index.damaged:
@@ -277,8 +283,10 @@ class IngestWorker:
         if room >= self.config.max_batch_documents:
             # Idle, it still wakes now and then (a damaged index to rebuild, a prune).
             idle = self.config.checkpoint_seconds or self.config.max_checkpoint_interval
+            with self._retry_lock:  # and when a document a full disk sent back is due
+                due = min(self._retry.values(), default=math.inf) - time.monotonic()
             try:
-                first = self._slots.results.get(timeout=idle)
+                first = self._slots.results.get(timeout=max(0.0, min(idle, due)))
             except queue.Empty:
                 return None
             if first is None:  # stop() woke us
@@ -357,7 +365,11 @@ class IngestWorker:
         texts = [text for _, part in portions for text in part]
         try:
             vectors = self._embed(texts)
-        except Exception:
+        except Exception as exc:
+            if is_disk_full(exc):  # the embedding cache's rows: nobody's text is to blame
+                for item, _ in portions:
+                    self._retry_later(item.document_id)
+                return {item.document_id for item, _ in portions}
             if len(portions) == 1:
                 item = portions[0][0]
                 log.exception("embedding document %s failed", item.document_id)
@@ -387,7 +399,10 @@ class IngestWorker:
             self._index(item, vectors)
         except DocumentGone:
             log.info("document %s was deleted during ingestion", item.document_id)
-        except Exception:  # one document's failure must not touch the others
+        except Exception as exc:  # one document's failure must not touch the others
+            if is_disk_full(exc):
+                self._retry_later(item.document_id)
+                return
             log.exception("indexing document %s failed", item.document_id)
             self._fail(item.document_id, "internal error while indexing; see the server log")
 
@@ -398,7 +413,10 @@ class IngestWorker:
             return self._parse(document_id)
         except DocumentGone:
             log.info("document %s was deleted during ingestion", document_id)
-        except Exception:  # one document's failure must not touch the others
+        except Exception as exc:  # one document's failure must not touch the others
+            if is_disk_full(exc):
+                self._retry_later(document_id)
+                return None
             log.exception("parsing document %s failed", document_id)
             self._fail(document_id, "internal error while parsing; see the server log")
         return None
@@ -449,7 +467,10 @@ class IngestWorker:
     def _prepare_safely(self, item: _Parsed) -> _Prepared | None:
         try:
             return self._prepare(item)
-        except Exception:  # one document's failure must not touch the others
+        except Exception as exc:  # one document's failure must not touch the others
+            if is_disk_full(exc):
+                self._retry_later(item.document_id)
+                return None
             log.exception("preparing document %s failed", item.document_id)
             self._fail(item.document_id, "internal error while parsing; see the server log")
             return None
@@ -498,6 +519,30 @@ class IngestWorker:
             len(item.chunk_ids),
             time.perf_counter() - item.started,
         )
+
+    def _retry_later(self, document_id: int) -> None:
+        """A full disk stopped this document: no fault of its own, so it goes back to the
+        queue (``queued``) and is taken again in DISK_RETRY_S; told once per spell."""
+        with self._retry_lock:
+            if not self._retry:
+                log.error(
+                    "the disk is full: documents go back to the queue and are retried every "
+                    "%.0f s until it has room",
+                    DISK_RETRY_S,
+                )
+            self._retry[document_id] = time.monotonic() + DISK_RETRY_S
+        with contextlib.suppress(Exception):  # the disk may refuse this too: still unfinished
+            self.store.set_status(document_id, DocumentStatus.QUEUED)
+
+    def _requeue_due(self) -> None:
+        """Queue again the documents a full disk sent back whose wait is over."""
+        now = time.monotonic()
+        with self._retry_lock:
+            due = [d for d, at in self._retry.items() if at <= now]
+            for document_id in due:
+                del self._retry[document_id]
+        for document_id in due:
+            self.enqueue(document_id)
 
     def _fail(self, document_id: int, reason: str) -> None:
         """Mark a document failed, unless it is gone or already finished."""

@@ -21,7 +21,11 @@ def broken_generator_app(tmp_path: Path) -> TestClient[Any]:
 def test_a_ready_server_says_only_ready(anonymous_client: TestClient[Any]) -> None:
     assert anonymous_client.get("/health/live").json() == {"status": "ok", "detail": None}
     ready = anonymous_client.get("/health/ready")
-    assert ready.status_code == 200 and ready.json() == {"status": "ready", "detail": None}
+    assert ready.status_code == 200 and ready.json() == {
+        "status": "ready",
+        "detail": None,
+        "disk": "ok",
+    }
 
 
 def test_anonymous_probes_get_the_kind_of_problem_and_admins_its_text(tmp_path: Path) -> None:
@@ -31,7 +35,11 @@ def test_anonymous_probes_get_the_kind_of_problem_and_admins_its_text(tmp_path: 
         add_user(client, "root", "admin")
         anonymous = client.get("/health/ready")
         assert anonymous.status_code == 503 and anonymous.headers["retry-after"] == "5"
-        assert anonymous.json() == {"status": "failed", "detail": "the generator failed to load"}
+        assert anonymous.json() == {
+            "status": "failed",
+            "detail": "the generator failed to load",
+            "disk": "ok",
+        }
         assert "secret-model" not in anonymous.text and str(tmp_path) not in anonymous.text
         login(client, "ann")
         assert client.get("/health/ready").json() == anonymous.json()  # staff: the same
@@ -55,6 +63,7 @@ def test_each_kind_of_problem_is_told_in_fixed_words(anonymous_client: TestClien
     assert body == {
         "status": "failed",
         "detail": "the embedder failed to load; the document parser does not start",
+        "disk": "ok",
     }
     services.load_errors[:] = ["something unforeseen at /srv/secret"]
     services.parser.problem = None

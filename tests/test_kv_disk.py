@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import pytest
 
+from llm.engine import kv_disk
 from llm.engine.kv_disk import MAGIC, KvDiskCache, KvDiskStats, SavedState, sweep_kv_leftovers
 from llm.engine.kv_policy import WritePolicy
 
@@ -495,3 +496,60 @@ def test_a_failed_write_forgets_the_saved_prefix(
         assert kv.load("conv") == SavedState([1, 2], b"again")
     finally:
         kv.close()
+
+
+class FakeDisk:
+    """A disk of ``free`` bytes plus what the cache removes (no real disk fills up)."""
+
+    def __init__(self, directory: Path, free: int):
+        self.directory, self.free = directory, free
+
+    def __call__(self, directory: Path) -> int:
+        held = sum(p.stat().st_size for p in self.directory.glob("**/*.kv"))
+        return self.free - held
+
+
+def test_n_the_kv_cache_evicts_its_oldest_states_to_keep_the_free_space_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#30: the KV cache wrote with no regard for free space until uploads got 507."""
+    directory = tmp_path / "kv"
+    disk = FakeDisk(directory, free=30_000)
+    monkeypatch.setattr(kv_disk, "_free_bytes", disk)
+    cache = KvDiskCache(
+        directory,
+        budget_bytes=1_000_000,
+        model_fingerprint=MODEL,
+        policy=UNCAPPED,
+        min_free_bytes=10_000,
+    )
+    try:
+        for n in range(3):
+            cache.save(f"c{n}", SavedState([n], bytes(8_000)))
+            cache.flush()
+            for number, path in enumerate(kv_files(directory)):
+                age(path, 100 - number)
+        # 30,000 - 3 x 8,000 < 10,000: the oldest state made room for the newest
+        assert len(kv_files(directory)) == 2 and disk(directory) >= 10_000
+        assert cache.load("c0") is None and cache.load("c2") is not None
+        cache.save("huge", SavedState([9], bytes(25_000)))  # never fits above the floor
+        cache.flush()
+        assert cache.stats().skipped_low_disk == 1 and cache.load("huge") is None
+    finally:
+        cache.close()
+
+
+def test_n_give_back_space_removes_oldest_states_until_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "kv"
+    for n, model in enumerate(["a", "a", "b"]):
+        (directory / model).mkdir(parents=True, exist_ok=True)
+        path = directory / model / f"{n}.kv"
+        path.write_bytes(bytes(1_000))
+        age(path, 100 - n)
+    disk = FakeDisk(directory, free=3_500)  # 500 free now
+    monkeypatch.setattr(kv_disk, "_free_bytes", disk)
+    assert kv_disk.give_back_space(directory, 2_000) == 2_000
+    assert [p.name for p in directory.glob("**/*.kv")] == ["2.kv"]  # the newest stays
+    assert kv_disk.give_back_space(directory, 2_000) == 0  # the floor holds: nothing to do

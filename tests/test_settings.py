@@ -267,6 +267,7 @@ def test_the_local_model_config_is_the_generation_section(tmp_path: Path) -> Non
         batch_invariant=False,
         kv_disk_dir=tmp_path / "kv",
         kv_disk_bytes=1024 << 20,
+        kv_disk_min_free_bytes=512 << 20,
     )
     changed = Settings(
         data_dir=tmp_path,
@@ -311,6 +312,7 @@ def test_the_local_model_config_is_the_generation_section(tmp_path: Path) -> Non
         batch_invariant=True,
         kv_disk_dir=tmp_path / "kv",
         kv_disk_bytes=0,
+        kv_disk_min_free_bytes=512 << 20,
     )
     assert changed.generation.model_memory_bytes == 100 << 20
     assert Settings().generation.model_memory_bytes is None

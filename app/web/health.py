@@ -16,7 +16,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_503_SERVICE_UNAVAILABLE
 from app.auth.guards import current_principal
 from app.metrics import Metrics
 from app.ops.drain import RETRY_AFTER_S, SHUTTING_DOWN, Drain
-from app.schemas import Health
+from app.schemas import Health, Readiness
 from app.state import Services
 
 
@@ -29,22 +29,24 @@ def live() -> Health:
 @get("/health/ready", sync_to_thread=False, opt={"public": True})
 def ready(request: Request[Any, Any, Any], state: State) -> Response[Health]:
     """200 once the models and vector index are loaded; 503 with the reason until then,
-    and from the moment a SIGTERM starts the drain."""
+    and from the moment a SIGTERM starts the drain. A full disk is reported in ``disk``
+    (and ``ragdesk_disk_full``), not by a 503: reads and answers still work."""
     drain: Drain | None = getattr(state, "drain", None)
     if drain is not None and drain.draining:  # SIGTERM: take this instance out of rotation
         return Response(
-            Health(status="draining", detail=SHUTTING_DOWN),
+            Readiness(status="draining", detail=SHUTTING_DOWN),
             status_code=HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )
     services: Services | None = getattr(state, "services", None)
+    disk = "full" if services is not None and services.disk.full else "ok"
     if services is not None and services.ready:
-        return Response(Health(status="ready"), status_code=HTTP_200_OK)
+        return Response(Readiness(status="ready", disk=disk), status_code=HTTP_200_OK)
     principal = current_principal(request)
     monitor = principal is not None and principal.may_monitor
     detail = services.problem_told(monitor=monitor) if services is not None else None
     return Response(
-        Health(status="failed" if detail else "starting", detail=detail),
+        Readiness(status="failed" if detail else "starting", detail=detail, disk=disk),
         status_code=HTTP_503_SERVICE_UNAVAILABLE,
         headers={"Retry-After": "5"},
     )

@@ -44,6 +44,7 @@ import logging
 import os
 import queue
 import re
+import shutil
 import struct
 import threading
 import time
@@ -78,6 +79,7 @@ class KvDiskStats:
     skipped_covered: int = 0
     skipped_rate: int = 0
     skipped_too_large: int = 0
+    skipped_low_disk: int = 0
     dropped_busy: int = 0
 
 
@@ -89,9 +91,11 @@ class KvDiskCache:
         budget_bytes: int,
         model_fingerprint: str,
         policy: WritePolicy | None = None,
+        min_free_bytes: int = 0,
     ):
         self.directory = directory
         self.budget_bytes = budget_bytes
+        self.min_free_bytes = min_free_bytes  # left free on the disk for users' data
         self.model = model_fingerprint
         self.policy = policy or WritePolicy()
         directory.mkdir(parents=True, exist_ok=True)
@@ -102,6 +106,7 @@ class KvDiskCache:
         self.hits = self.misses = self.restored_tokens = 0
         self.writes = self.bytes_written = self.write_errors = 0
         self.skipped_covered = self.skipped_rate = self.skipped_too_large = 0
+        self.skipped_low_disk = 0
         self.dropped_busy = 0
         self._writes: queue.Queue[tuple[str, SavedState] | None] = queue.Queue(maxsize=4)
         self._writer = threading.Thread(
@@ -186,6 +191,11 @@ class KvDiskCache:
         while (item := self._writes.get()) is not None:
             key, saved = item
             try:
+                if not self._room_for(_file_size(self.model, saved)):
+                    with self._lock:
+                        self.skipped_low_disk += 1
+                        self._saved.pop(self._path(key).name, None)
+                    continue
                 size = self._write(key, saved)
                 with self._lock:
                     self.writes += 1
@@ -216,6 +226,14 @@ class KvDiskCache:
             raise
         return len(MAGIC) + _HEADER.size + len(header) + len(saved.state)
 
+    def _room_for(self, size: int) -> bool:
+        """Whether ``size`` more bytes leave ``min_free_bytes`` free on the disk, after
+        evicting this cache's oldest states if that is what it takes."""
+        if not self.min_free_bytes:
+            return True
+        give_back_space(self.directory, self.min_free_bytes + size)
+        return _free_bytes(self.directory) >= self.min_free_bytes + size
+
     def _evict(self) -> None:
         files = []
         for path in self.directory.glob("*.kv"):
@@ -232,6 +250,35 @@ class KvDiskCache:
             with self._lock:
                 self._saved.pop(path.name, None)
             total -= size
+
+
+def give_back_space(directory: Path, min_free_bytes: int) -> int:
+    """Remove saved states under ``directory`` (every model's), least recently used first,
+    until its disk has ``min_free_bytes`` free or none is left; the bytes removed. A state
+    removed here is a cache miss later, never an error: loads find the file gone."""
+    if _free_bytes(directory) >= min_free_bytes:
+        return 0
+    files = []
+    for path in directory.glob("**/*.kv"):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue
+        files.append((stat.st_mtime, stat.st_size, path))
+    freed = 0
+    for _, size, path in sorted(files):
+        path.unlink(missing_ok=True)
+        freed += size
+        if _free_bytes(directory) >= min_free_bytes:
+            break
+    return freed
+
+
+def _free_bytes(directory: Path) -> int:
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:  # not there (yet): nothing of ours to give back
+        return 1 << 62
 
 
 def sweep_kv_leftovers(directory: Path) -> list[Path]:

@@ -158,6 +158,13 @@ class GenerationSettings(Section):
     kv_disk_mb: int = Field(
         1024, ge=0, description="Disk budget for saved conversation KV state (0 = off)."
     )
+    kv_disk_min_free_mb: int = Field(
+        512,
+        ge=0,
+        description="Free space the KV state cache leaves on its disk: it evicts its oldest "
+        "states (or skips a write) rather than go below, and gives space back down to this "
+        "when a write of users' data fails for space.",
+    )
     n_gpu_layers: int = Field(
         0, ge=-1, description="Layers offloaded to the GPU (-1 = all; 0 = CPU only)."
     )
@@ -209,6 +216,10 @@ class GenerationSettings(Section):
         return self.kv_disk_mb << 20
 
     @property
+    def kv_disk_min_free_bytes(self) -> int:
+        return self.kv_disk_min_free_mb << 20
+
+    @property
     def model_memory_bytes(self) -> int | None:
         return self.model_memory_mb << 20 if self.model_memory_mb else None
 
@@ -221,6 +232,7 @@ class GenerationSettings(Section):
             path=path,
             kv_disk_dir=kv_dir,
             kv_disk_bytes=self.kv_disk_bytes,
+            kv_disk_min_free_bytes=self.kv_disk_min_free_bytes,
             draft_model=self.draft_models.get(name) or self.draft_models.get(path.stem),
             **self._shared_with(LocalModelConfig),
         )
