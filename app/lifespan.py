@@ -129,6 +129,7 @@ def _load_retrieval(services: Services) -> Retrieval:
     requeued = services.store.requeue_without_vectors(embedder.model_id)
     if requeued:
         log.info("re-embedding %d documents with %s", requeued, embedder.model_id)
+    services.disk.reclaimers.append(worker.give_back_space)
     services.library.attach_worker(worker)
     # Only the very first start gets the samples: deleting them is respected. Submitting
     # twice (a crash before the flag) is harmless: identical content is deduplicated.

@@ -121,6 +121,7 @@ class IngestWorker:
         self.cache_usage: CacheUsage | None = None  # as of the last prune
         self._prune_due = threading.Event()
         self._prune_due.set()  # once after start: the library may have changed meanwhile
+        self._reclaim = False  # the disk is full: the next prune keeps no spare vector
         self._last_prune = time.monotonic()
         self._slots: ParseSlots[_Parsed] = ParseSlots(
             self._parse_safely,
@@ -241,15 +242,28 @@ class IngestWorker:
         if overdue or not self.config.checkpoint_seconds:
             self.checkpoint()
         self._prune_due.set()
-        if time.monotonic() - self._last_prune > self.config.max_checkpoint_interval:
-            self.prune_cache()  # under constant load, now and then
+        if (
+            self._reclaim
+            or time.monotonic() - self._last_prune > self.config.max_checkpoint_interval
+        ):
+            self.prune_cache()  # under constant load, now and then; at once for a full disk
+
+    def give_back_space(self) -> int:
+        """A write of users' data failed for space: the next prune evicts every spare
+        cached vector (their pages in SQLite are reused for the data). Returns 0: the
+        worker thread does it, soon (see :meth:`prune_cache`)."""
+        self._reclaim = True
+        self._prune_due.set()
+        return 0
 
     def prune_cache(self) -> None:
-        """Evict spare cached vectors beyond the budget (see retrieval/embedding_cache.py).
+        """Evict spare cached vectors beyond the budget (see retrieval/embedding_cache.py);
+        all of them after :meth:`give_back_space`.
 
         Only the worker thread calls this while it runs: it is the thread that writes passages.
         """
-        budget = self.config.embedding_cache_max_bytes
+        budget = 0 if self._reclaim else self.config.embedding_cache_max_bytes
+        self._reclaim = False
         self._prune_due.clear()
         self._last_prune = time.monotonic()
         if budget is None:

@@ -315,3 +315,21 @@ def test_a_title_longer_than_is_stored_keeps_its_passages_vectors(tmp_path: Path
     kit.store.set_status(document_id, DocumentStatus.QUEUED)
     worker.ingest(document_id)
     assert kit.embedder.history == []  # nothing embedded again
+
+
+def test_n_a_full_disk_makes_the_worker_drop_every_spare_vector(tmp_path: Path) -> None:
+    """#30: caches give space back before users' writes are refused: after
+    ``give_back_space`` the next prune keeps no spare vector, whatever the budget."""
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = pruning_worker(kit, index, max_bytes=1 << 30, quiet_s=0.05)
+    EmbeddingCache(kit.db).embed(kit.embedder, ["left over from before"])
+    kit.library.attach_worker(worker)
+    try:
+        wait_for(lambda: worker.cache_usage is not None)  # the first prune kept it: in budget
+        assert cached(kit) != set()
+        assert worker.give_back_space() == 0  # done by the worker thread, soon
+        wait_for(lambda: cached(kit) == set())
+        wait_for(lambda: worker.cache_usage == CacheUsage(0, 0, 0, 0))
+    finally:
+        assert worker.stop()
