@@ -184,3 +184,29 @@ def test_roles_follow_group_claims_whatever_their_case() -> None:
     rules = ClaimRules(roles={"Ragdesk-Admins": "admin"})
     assert rules.role_of(["ragdesk-admins"]) == "admin"
     assert rules.role_of(["others"]) == "staff"
+
+
+def test_n_a_provider_group_named_like_a_local_one_joins_it_only_when_mapped(
+    tmp_path: Path,
+) -> None:
+    """#30: the OIDC groups claim joined any local group of the same name: an identity
+    provider group an employee can create ("finance") granted the admin's "finance"."""
+    db = open_database(tmp_path / "r.db")
+    groups = Groups(db)
+    finance = groups.create("finance")
+    groups.grant(finance.id, DocumentStore(db).ensure_collection("ledgers"), can_write=True)
+    user = Users(db, Passwords(time_cost=1, memory_kib=1024, parallelism=1)).create(
+        "ann", "a-long-password"
+    )
+    groups.sync_claimed(user.id, ["finance", "Finance"], {})
+    assert groups.of_user(user.id) == []  # nothing by name
+    groups.sync_claimed(user.id, ["IdP-Finance"], {}, {"idp-finance": "finance"})
+    assert [g.name for g in groups.of_user(user.id)] == ["finance"]  # mapped: joined
+    groups.sync_claimed(user.id, ["finance"], {}, {"idp-finance": "finance"})
+    assert groups.of_user(user.id) == []  # the mapped provider group left: so does the user
+    db.close()
+
+
+def test_mapped_group_names_must_be_names_a_group_can_have() -> None:
+    with pytest.raises(ValidationError, match="group names"):
+        AuthSettings(oidc_group_map={"idp": "Ragdesk Admins"})

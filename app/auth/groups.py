@@ -135,13 +135,20 @@ class Groups:
         user_id: int,
         claimed: Collection[str],
         configured: Mapping[str, Mapping[int, bool]],
+        mapped: Mapping[str, str] | None = None,
     ) -> None:
-        """At a sign-in: the user's ``oidc`` memberships become exactly the groups named in
-        ``claimed`` that exist or are ``configured``; each configured group (created when
-        missing) gets exactly its configured collections (collection id -> may write) as
-        its ``settings`` rows. Rows an admin made (``local``) are kept."""
+        """At a sign-in: the user's ``oidc`` memberships become exactly the ``configured``
+        groups named in ``claimed``, and the local groups ``mapped`` from a claimed
+        provider group; a claimed name that is neither joins nothing, even when a local
+        group has that name (#30: a provider group named like a local one granted it).
+        Each configured group (created when missing) gets exactly its configured
+        collections (collection id -> may write) as its ``settings`` rows. Rows an admin
+        made (``local``) are kept."""
         now = time.time()
-        wanted = {name.casefold() for name in claimed if NAME.fullmatch(name)}
+        claims = {name.casefold() for name in claimed if NAME.fullmatch(name)}
+        maps = {provider.casefold(): local.casefold() for provider, local in (mapped or {}).items()}
+        wanted = {name.casefold() for name in configured if name.casefold() in claims}
+        wanted |= {maps[name] for name in claims if name in maps}
         with self.db.write() as db:
             for name, collections in configured.items():
                 db.execute(

@@ -36,6 +36,8 @@ class ClaimRules:
     roles: Mapping[str, Role] = field(default_factory=dict)
     # group -> {collection id -> may write}, collection names already resolved
     collections: Mapping[str, Mapping[int, bool]] = field(default_factory=dict)
+    # provider group -> the local group (an admin's) its members join
+    local_groups: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_settings(
@@ -46,7 +48,12 @@ class ClaimRules:
             group: {collection_id(name): access == "write" for name, access in grants.items()}
             for group, grants in settings.oidc_group_collections.items()
         }
-        return cls(settings.oidc_groups_claim, dict(settings.oidc_group_roles), collections)
+        return cls(
+            settings.oidc_groups_claim,
+            dict(settings.oidc_group_roles),
+            collections,
+            dict(settings.oidc_group_map),
+        )
 
     def groups_of(self, claims: Mapping[str, Any]) -> list[str]:
         value = claims.get(self.groups_claim)
@@ -104,7 +111,7 @@ class Identities:
                 )
             if role is not None and role != user.role:
                 self.users.set_role(user.id, role)
-        self.groups.sync_claimed(user.id, groups, rules.collections)
+        self.groups.sync_claimed(user.id, groups, rules.collections, rules.local_groups)
         found = self.users.get(user.id)
         assert found is not None
         return found

@@ -101,6 +101,12 @@ class AuthSettings(Section):
         description="Provider group -> {collection: read|write}, as JSON; the Ragdesk group of "
         "that name gets these collections, and members join it at sign-in.",
     )
+    oidc_group_map: dict[str, str] = Field(
+        default_factory=dict,
+        description='Provider group -> a Ragdesk group an admin made, as JSON ({"eng-all": '
+        '"engineering"}); members join it at sign-in. A provider group named neither here '
+        "nor in oidc_group_collections joins nothing, whatever local group shares its name.",
+    )
 
     @property
     def oidc_enabled(self) -> bool:
@@ -120,7 +126,12 @@ class AuthSettings(Section):
                 raise ValueError("oidc_issuer must be an https URL (http only on loopback)")
         elif not self.local_login:
             raise ValueError("local_login=false needs single sign-on (oidc_issuer)")
-        named = (*self.oidc_group_roles, *self.oidc_group_collections)
+        named = (
+            *self.oidc_group_roles,
+            *self.oidc_group_collections,
+            *self.oidc_group_map,
+            *self.oidc_group_map.values(),
+        )
         odd = [g for g in named if not GROUP.fullmatch(g)]
         if odd:  # such a claim could never join its group: refuse rather than grant nothing
             raise ValueError(
