@@ -208,6 +208,43 @@ def test_docx_zip_bomb_is_refused() -> None:
         parse(docx_bomb(), "bomb.docx")
 
 
+def _docx_with_part(name: str, *, symlink: bool = False) -> bytes:
+    import io
+    import stat
+    import zipfile
+
+    out = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(make_docx([("p", "Hello")]))) as source,
+        zipfile.ZipFile(out, "w") as target,
+    ):
+        for entry in source.infolist():
+            target.writestr(entry, source.read(entry))
+        extra = zipfile.ZipInfo(name)
+        if symlink:
+            extra.external_attr = (stat.S_IFLNK | 0o777) << 16
+        target.writestr(extra, "/etc/passwd" if symlink else "<x/>")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("name", "symlink", "said"),
+    [
+        ("../../evil.xml", False, "outside the archive"),
+        ("word/../../evil.xml", False, "outside the archive"),
+        ("/etc/evil.xml", False, "outside the archive"),
+        ("C:/evil.xml", False, "outside the archive"),
+        ("word/media/link", True, "symbolic link"),
+    ],
+)
+def test_n_docx_with_zip_slip_or_symlink_parts_is_refused(
+    name: str, symlink: bool, said: str
+) -> None:
+    """#30: such parts were ignored and the rest of the file parsed."""
+    with pytest.raises(ParseError, match=said):
+        parse(_docx_with_part(name, symlink=symlink), "crafted.docx")
+
+
 def test_a_long_docx_parses_in_seconds() -> None:
     """Headings used to be found through python-docx's Paragraph.style, which scans every
     style for each paragraph (~1.5 ms): 20,000 paragraphs took half a minute or more; one

@@ -16,11 +16,15 @@ with a reason instead of costing the parser's whole time budget and memory:
 - Word's XML deflates 5 to 30 times; past 100 times an expansion is filler (a bomb's
   zeros or repeated elements). The ratio only counts once a part or the archive expands
   beyond 8 MiB: a small file that compresses well harms nobody.
+- Part names are plain relative paths. Nothing here extracts to disk, but a name that
+  climbs out (``../``), starts at a root, or is a symbolic link is never made by Word:
+  such a file is crafted, and is refused rather than parsed around.
 """
 
 from __future__ import annotations
 
 import io
+import stat
 import zipfile
 
 from retrieval.parsers.errors import ParseError
@@ -43,6 +47,7 @@ def check_archive(data: bytes) -> None:
     with archive:
         members = archive.infolist()
         _check_declared_sizes(members, len(data))
+        _check_names(members)
         if "word/document.xml" not in archive.namelist():
             raise ParseError("not a valid DOCX file (word/document.xml is missing)")
         xml_bytes = 0
@@ -59,6 +64,16 @@ def check_archive(data: bytes) -> None:
                 f"the DOCX holds {xml_bytes / _MB:,.0f} MB of XML; at most "
                 f"{MAX_XML_BYTES // _MB} MB are accepted (possible ZIP bomb)"
             )
+
+
+def _check_names(members: list[zipfile.ZipInfo]) -> None:
+    for member in members:
+        name = member.filename
+        parts = name.replace("\\", "/").split("/")
+        if name.startswith(("/", "\\")) or ":" in parts[0] or ".." in parts:
+            raise ParseError(f"the DOCX has a part named outside the archive ({name[:100]!r})")
+        if stat.S_ISLNK(member.external_attr >> 16):
+            raise ParseError(f"the DOCX has a part that is a symbolic link ({name[:100]!r})")
 
 
 def _check_declared_sizes(members: list[zipfile.ZipInfo], size: int) -> None:
