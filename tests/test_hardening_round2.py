@@ -13,6 +13,7 @@ import pytest
 from litestar.testing import TestClient
 
 from retrieval.display import REPLACEMENT, shown_line, shown_text
+from tests.conftest import add_key, add_user
 from tests.server import REPO
 from tests.test_feedback import HX, answered
 from tests.test_ui_routes import indexed_document
@@ -73,3 +74,40 @@ def test_n_the_database_and_originals_are_not_world_readable(tmp_path: Path) -> 
     for path in made:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode & 0o077 == 0, f"{path} is {oct(mode)}"
+
+
+def test_n_a_staff_key_cannot_make_the_server_load_a_model_nobody_offered(
+    client: TestClient[Any],
+) -> None:
+    """#30: a staff key named a bundled model chat does not offer; the server assembled
+    and loaded it (1.1 GB written, +2 GB of memory). Now only an admin may."""
+    from llm.backend import FakeBackend
+
+    models = client.app.state.services.require_models()
+    loads: list[str] = []
+
+    def load_other() -> FakeBackend:
+        loads.append("other")
+        return FakeBackend(name="other-bundled")
+
+    models._loaders["other-bundled"] = load_other
+    add_user(client, "sam")
+    staff = {"Authorization": f"Bearer {add_key(client, 'sam')}"}
+    body = {"model": "other-bundled", "prompt": "Hello", "max_tokens": 2}
+    for path, payload in (
+        ("/v1/completions", body),
+        ("/v1/chat/completions", {**body, "messages": [{"role": "user", "content": "Hi"}]}),
+        ("/api/completions", body),
+    ):
+        refused = client.post(path, json=payload, headers=staff)
+        assert refused.status_code == 404, (path, refused.text)
+    assert loads == []  # nothing was loaded
+    listed = [m["id"] for m in client.get("/v1/models", headers=staff).json()["data"]]
+    assert "other-bundled" not in listed and "default" in listed
+    assert client.get("/v1/models/other-bundled", headers=staff).status_code == 404
+
+    admin = {"Authorization": f"Bearer {add_key(client)}"}
+    assert client.post("/v1/completions", json=body, headers=admin).status_code == 200
+    assert loads == ["other"]
+    ok = client.post("/v1/completions", json={**body, "model": "default"}, headers=staff)
+    assert ok.status_code == 200  # what is offered stays open to everyone

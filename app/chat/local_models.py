@@ -25,6 +25,7 @@ from typing import Literal
 from app.config.settings import Settings
 from app.errors import AppError
 from llm.models import BUNDLED, BundledModel, installed, sweep_partial_models
+from llm.params import UnknownModel
 from retrieval.db import Database
 
 Kind = Literal["bundled", "added", "configured", "alias"]
@@ -243,6 +244,25 @@ class ChatModels:
             for m in known[1:]
             if m.usable and m.name in chosen and (served is None or m.name in served)
         ]
+
+    def open_to_everyone(self, aliases: Collection[str] = ()) -> set[str]:
+        """Models any signed-in caller may generate with (the API's ``model``): those chat
+        offers (the default first), those the settings configure (RAGDESK_MODELS, the
+        generator model) and ``aliases`` (the settings' too). A bundled or added model the
+        admin has not offered is loaded for an admin only: loading one costs gigabytes of
+        disk and memory (#30: a staff key made the server assemble and load one)."""
+        generation = self.settings.generation
+        names = {m.name for m in self.offered()} | set(generation.models) | set(aliases)
+        if generation.generator_model is not None:
+            names.add(generation.generator_model.stem)
+        return names
+
+    def refuse_unoffered(self, name: str, *, aliases: Collection[str], is_admin: bool) -> None:
+        """UnknownModel (404) unless the caller may generate with ``name``; the same
+        answer as for a name that does not exist, so nothing is told about what is there."""
+        if is_admin or name in self.open_to_everyone(aliases):
+            return
+        raise UnknownModel(f"no model or alias named {name[:80]!r} is offered")
 
     def set_offered(self, names: Collection[str]) -> None:
         """Offer exactly ``names`` besides the default (which is always offered)."""

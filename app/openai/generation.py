@@ -13,6 +13,7 @@ from typing import Any
 from litestar import Request
 
 from app.chat.disconnect import cancel_on_disconnect
+from app.chat.local_models import ChatModels
 from app.openai.errors import OpenAIError
 from app.openai.schemas import PromptTokensDetails, ResponseFormat, Sampling, UsageOut
 from app.state import Services
@@ -71,12 +72,18 @@ async def start(
     max_tokens: int | None,
     response_format: ResponseFormat | None = None,
     prefix: str,
+    is_admin: bool,
 ) -> Started:
     models = services.require_models()
     settings = services.settings
     deadline = time.monotonic() + settings.generation.request_timeout_s
-    args = (models, data, prompt_for, max_tokens, response_format)
-    model, completion, strip = await asyncio.to_thread(_submit, *args, deadline)
+    chat_models = ChatModels(services.db, settings)
+
+    def submit() -> tuple[str, Completion, bool]:
+        chat_models.refuse_unoffered(data.model, aliases=models.aliases, is_admin=is_admin)
+        return _submit(models, data, prompt_for, max_tokens, response_format, deadline)
+
+    model, completion, strip = await asyncio.to_thread(submit)
     first = await completion.first()
     if isinstance(first, Finished) and first.reason == "error":
         raise InvalidRequest(first.error or "generation failed")

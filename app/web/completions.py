@@ -16,7 +16,9 @@ from litestar.enums import MediaType
 from litestar.response import Response, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
+from app.auth.guards import current_principal
 from app.chat.disconnect import cancel_on_disconnect
+from app.chat.local_models import ChatModels
 from app.errors import from_engine
 from app.state import Services
 from app.web.deps import provide_services
@@ -90,8 +92,16 @@ class CompletionsApi(Controller):
         (model, finish reason, usage) or ``error``."""
         models = services.require_models()
         timeout = data.timeout_s or services.settings.generation.request_timeout_s
+        chat_models = ChatModels(services.db, services.settings)
+        principal = current_principal(request)
+        is_admin = principal is not None and principal.is_admin
+
+        def submit() -> Completion:
+            chat_models.refuse_unoffered(data.model, aliases=models.aliases, is_admin=is_admin)
+            return _submit(models, data, time.monotonic() + timeout)
+
         try:
-            completion = await asyncio.to_thread(_submit, models, data, time.monotonic() + timeout)
+            completion = await asyncio.to_thread(submit)
             first = await completion.first()
         except EngineError as exc:
             raise from_engine(exc) from exc

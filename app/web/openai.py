@@ -18,6 +18,8 @@ from litestar.di import Provide
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
+from app.auth.guards import current_principal
+from app.chat.local_models import ChatModels
 from app.openai.errors import OpenAIError, error_body, openai_error_handler
 from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
 from app.openai.grounded import grounded_completion, is_grounded, rag_model_names
@@ -77,9 +79,19 @@ async def _respond(
 
 
 # --- routes -------------------------------------------------------------------------------------
-def _models(services: Services) -> list[ModelOut]:
+def _is_admin(request: Request[Any, Any, Any]) -> bool:
+    principal = current_principal(request)
+    return principal is not None and principal.is_admin
+
+
+def _models(services: Services, request: Request[Any, Any, Any]) -> list[ModelOut]:
+    """What the caller may name: every model for an admin; for anyone else, what is
+    offered (app.chat.local_models.ChatModels.open_to_everyone)."""
     models = services.require_models()
     names = [*models.names, *sorted(set(models.aliases) - set(models.names))]
+    if not _is_admin(request):
+        allowed = ChatModels(services.db, services.settings).open_to_everyone(models.aliases)
+        names = [name for name in names if name in allowed]
     if services.retrieval is not None:
         names.append(embedding_model_name(services))
         names += rag_model_names(services)
@@ -87,15 +99,16 @@ def _models(services: Services) -> list[ModelOut]:
 
 
 @get("/models", sync_to_thread=True)
-def list_models(services: Services) -> ModelList:
-    """Registered models and aliases (and the embedding model, once loaded), and the
-    grounded ``rag`` / ``rag:<collection>`` for the collections the caller may read."""
-    return ModelList(_models(services))
+def list_models(services: Services, request: Request[Any, Any, Any]) -> ModelList:
+    """Registered models and aliases the caller may use (and the embedding model, once
+    loaded), and the grounded ``rag`` / ``rag:<collection>`` for the collections the
+    caller may read."""
+    return ModelList(_models(services, request))
 
 
 @get("/models/{model_id:str}", sync_to_thread=True)
-def retrieve_model(model_id: str, services: Services) -> ModelOut:
-    for model in _models(services):
+def retrieve_model(model_id: str, services: Services, request: Request[Any, Any, Any]) -> ModelOut:
+    for model in _models(services, request):
         if model.id == model_id:
             return model
     raise OpenAIError(f"no model named {model_id!r}", status=404, code="model_not_found")
@@ -116,6 +129,7 @@ async def chat_completions(
         max_tokens=data.max_completion_tokens or data.max_tokens,
         response_format=data.response_format,
         prefix="chatcmpl",
+        is_admin=_is_admin(request),
     )
     return await _respond(data, started, request, _chat_chunks, _chat_completion)
 
@@ -159,7 +173,12 @@ async def completions(
         raise OpenAIError("echo, suffix and best_of are not supported", code="unsupported_value")
     prompt = ChatPrompt(prompt_text(data.prompt), ())
     started = await start(
-        services, data, lambda _: prompt, max_tokens=data.max_tokens or 16, prefix="cmpl"
+        services,
+        data,
+        lambda _: prompt,
+        max_tokens=data.max_tokens or 16,
+        prefix="cmpl",
+        is_admin=_is_admin(request),
     )
     return await _respond(data, started, request, _text_chunks, _text_completion)
 
