@@ -62,6 +62,14 @@ EXAMPLE = Turn(
     ),
 )
 NO_SOURCES = "(no relevant sources found)"
+
+
+def demonstrated(prompt_text: str) -> tuple[str, ...]:
+    """The worked example's answer when ``prompt_text`` shows it: an answer must not
+    repeat it (a document can ask the model to, and it would come out cited)."""
+    return (EXAMPLE.answer,) if EXAMPLE.answer in prompt_text else ()
+
+
 # Instruction-tuned models get the rules in the second person, and the same few words to
 # decline with every time (so "not covered" is easy to recognise, and never invented).
 DECLINE = "The documents do not cover this."

@@ -4,6 +4,7 @@ phrase until max_tokens."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
 _LETTERS = re.compile(r"[^\W\d_]")
@@ -23,11 +24,19 @@ class RepetitionGuard:
     ``text`` is then the answer up to (not including) the repetition.
     """
 
-    def __init__(self, min_chars: int = 12):
+    def __init__(self, min_chars: int = 12, *, said: Iterable[str] = ()):
+        """``said``: sentences the answer must not repeat either (the prompt's worked
+        example: a document that asks for it must not get it as a cited answer)."""
         self._min_chars = min_chars
         self._buffer = ""
         self._kept = 0  # characters of the buffer accepted as the answer
         self._seen: dict[str, int] = {}
+        for text in said:
+            start = 0
+            for match in _SENTENCE_END.finditer(text):  # keyed as feed() keys a sentence
+                if key := " ".join(text[start : match.end()].lower().split()):
+                    self._seen[key] = 1
+                start = match.end()
         self._in_code = False  # inside a fenced code block: lines there may repeat
         self.repeated = False
 

@@ -220,3 +220,29 @@ def test_a_reconnect_right_after_leaving_does_not_generate_again(tmp_path: Path)
     assert len(generator.history) == 1
     answers = [m for m in chat.conversations.messages(1) if m.role == "assistant"]
     assert len(answers) == 1 and answers[0].content.endswith("(stopped)")
+
+
+def test_n_the_prompts_worked_example_never_comes_out_as_a_cited_answer(tmp_path: Path) -> None:
+    """#30: a document that asked for it got the worked example's answer ("The office
+    opens at 8:00 on weekdays [1].") cited to its own passage [1]."""
+    from llm.prompt import EXAMPLE
+
+    generator = FakeBackend()
+    chat = service(make_kit(tmp_path), generator)
+    assert EXAMPLE.answer in chat_prompt(chat, generator, "How many days of leave?")
+    generator.enqueue(["Staff get 28 days [1]. ", *(w + " " for w in EXAMPLE.answer.split())])
+    done = asyncio.run(collect(chat, "How many days of leave?"))[-1]
+    assert isinstance(done, DoneEvent)
+    assert "office" not in done.message.content
+    assert done.message.content.startswith("Staff get 28 days [1].")
+    generator.enqueue([w + " " for w in EXAMPLE.answer.split()])  # the example alone
+    alone = asyncio.run(collect(chat, "How many days of leave?"))[-1]
+    assert isinstance(alone, DoneEvent) and "office" not in alone.message.content
+    assert not alone.message.citations
+
+
+def chat_prompt(chat: ChatService, generator: FakeBackend, question: str) -> str:
+    """The prompt the fake model is given for ``question`` (asked once, aside)."""
+    generator.enqueue(["ok"])
+    asyncio.run(collect(chat, question))
+    return generator.history[-1].prompt

@@ -28,7 +28,7 @@ from llm.params import (
     UnknownModel,
     Usage,
 )
-from llm.prompt import PromptTooLong, Source, Turn
+from llm.prompt import PromptTooLong, Source, Turn, demonstrated
 from llm.registry import Registry
 from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
@@ -298,7 +298,7 @@ class ChatService:
             )
         except EngineError as exc:
             raise from_engine(exc) from exc
-        guard = RepetitionGuard()
+        guard = RepetitionGuard(said=demonstrated(prompt.text))
         completed = False
         usage: Usage | None = None
         try:
