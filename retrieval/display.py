@@ -38,3 +38,16 @@ def shown_line(text: str) -> str:
     """:func:`shown_text` where a tab or newline is shown too: for one-line names (a path,
     a key) that must not look like two."""
     return _LINE_BREAK.sub(REPLACEMENT, shown_text(text))
+
+
+def excerpt(text: str, limit: int) -> str:
+    """``text`` whole when it fits in ``limit`` characters; else cut at the last word
+    break within the limit (mid-word only for a single longer word), with "…"."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    cut = head.rstrip()
+    space = max(cut.rfind(" "), cut.rfind("\n"))
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" \n,;:-") + "…"

@@ -111,3 +111,14 @@ def test_n_a_staff_key_cannot_make_the_server_load_a_model_nobody_offered(
     assert loads == ["other"]
     ok = client.post("/v1/completions", json={**body, "model": "default"}, headers=staff)
     assert ok.status_code == 200  # what is offered stays open to everyone
+
+
+def test_snippets_end_at_a_word_with_an_ellipsis() -> None:
+    """#26 item 8: snippets were cut mid-word with no ellipsis."""
+    from retrieval.display import excerpt
+
+    text = "The travel policy covers hotels, meals and trains for every trip abroad."
+    assert excerpt(text, 200) == text
+    cut = excerpt(text, 30)
+    assert cut == "The travel policy covers…" and len(cut) <= 30
+    assert excerpt("x" * 50, 20) == "x" * 19 + "…"  # one long word: cut where it must be

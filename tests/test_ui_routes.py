@@ -297,3 +297,34 @@ def test_other_peoples_conversations_are_not_found(client: TestClient[Any]) -> N
         assert response.status_code == 404, (url, response.status_code)
     login(client)  # the owner: nothing changed
     assert "mine now" not in client.get(f"/c/{conversation}").text
+
+
+def test_editing_the_first_question_retitles_a_conversation_titled_after_it(
+    client: TestClient[Any],
+) -> None:
+    """#26 item 8: an edited first question kept the old title; a title a person gave
+    stays."""
+    indexed_document(client)
+    model = fake_model(client)
+    model.enqueue(["Noon [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    page = client.get(f"/c/{conversation}").text
+    first = int(re.search(r'id="message-(\d+)"', page).group(1))  # type: ignore[union-attr]
+    model.enqueue(["Six [1]."])
+    edited = client.post(
+        f"/ui/messages/{first}/edit", data={"message": "When does the canteen close?"}
+    )
+    assert edited.status_code == 200
+    assert 'id="conversation-title">When does the canteen close?<' in edited.text  # out of band
+    services = client.app.state.services
+    assert services.conversations.get(conversation).title == "When does the canteen close?"
+    question = int(re.search(r"/ui/answers/(\d+)/stream", edited.text).group(1))  # type: ignore[union-attr]
+    sse_events(client.get(f"/ui/answers/{question}/stream").text)
+
+    services.conversations.rename(conversation, "Canteen hours")
+    page = client.get(f"/c/{conversation}").text
+    first = int(re.search(r'id="message-(\d+)"', page).group(1))  # type: ignore[union-attr]
+    model.enqueue(["Seven [1]."])
+    again = client.post(f"/ui/messages/{first}/edit", data={"message": "Is it open on Sunday?"})
+    assert again.status_code == 200 and 'id="conversation-title"' not in again.text
+    assert services.conversations.get(conversation).title == "Canteen hours"

@@ -18,6 +18,7 @@ from llm.backend import Backend
 from llm.citations import MARKER, SENTENCE, attribute, cited_numbers, content_words
 from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt
 from llm.support import MIN_WORDS, Unsupported, declines, recite, unsupported_sentences
+from retrieval.display import excerpt
 from retrieval.types import Hit
 
 NOTHING_FOUND = (
@@ -53,7 +54,7 @@ def citation_of(hit: Hit, number: int = 0) -> Citation:
         page=hit.page,
         start=hit.start,
         end=hit.end,
-        snippet=hit.text[:SNIPPET_CHARS],
+        snippet=excerpt(hit.text, SNIPPET_CHARS),
     )
 
 

@@ -29,6 +29,11 @@ SELECT_MESSAGES = (
 )
 
 
+def auto_title(first_question: str) -> str:
+    """The title a conversation gets from its first question."""
+    return shown(" ".join(first_question.split()))[:80] or "New conversation"
+
+
 class Conversations:
     def __init__(self, db: Database):
         self.db = db
@@ -37,7 +42,7 @@ class Conversations:
         """A new conversation, and its owner (a user id) in the same transaction: one
         without an owner is visible to admins only (those from before accounts)."""
         now = time.time()
-        title = shown(" ".join(title.split()))[:80] or "New conversation"
+        title = auto_title(title)
         with self.db.write() as db:
             table = db.table("conversations").insert(
                 {"title": title, "created_at": now, "updated_at": now}
@@ -230,6 +235,15 @@ class Conversations:
         with self.db.write() as db:
             db.execute("UPDATE conversations SET title = ? WHERE id = ?", [title, conversation_id])
         return self.get(conversation_id)
+
+    def retitle(self, conversation_id: int, old_first: str, new_first: str) -> bool:
+        """The first question was edited: a title made from it follows the edit, one a
+        person gave stays. Whether the title changed."""
+        conversation = self.get(conversation_id)
+        if conversation is None or conversation.title != auto_title(old_first):
+            return False
+        self.rename(conversation_id, auto_title(new_first))
+        return True
 
     def set_model(self, conversation_id: int, model: str | None) -> None:
         """Answer the conversation with ``model`` from now on (None: the configured one)."""

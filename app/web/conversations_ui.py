@@ -229,10 +229,14 @@ class ConversationsUi(Controller):
         conversations = services.conversations
         messages = await asyncio.to_thread(conversations.messages, question.conversation_id)
         _require_idle(chat, messages)
-        await asyncio.to_thread(conversations.truncate_from, question)
-        conversation, asked = await asyncio.to_thread(chat.ask, text, question.conversation_id)
         kept = [m for m in messages if m.id < question.id]
+        await asyncio.to_thread(conversations.truncate_from, question)
+        retitled = not kept and await asyncio.to_thread(
+            conversations.retitle, question.conversation_id, question.content, text
+        )
+        conversation, asked = await asyncio.to_thread(chat.ask, text, question.conversation_id)
         given = await asyncio.to_thread(feedback_given, services, kept)
+        listed = await asyncio.to_thread(conversation_list_context, services) if retitled else {}
         return Template(
             "_edited.html",
             context={
@@ -240,6 +244,8 @@ class ConversationsUi(Controller):
                 "question": asked,
                 "conversation": conversation,
                 "feedback": given,
+                "retitled": retitled,
+                **listed,
             },
         )
 
