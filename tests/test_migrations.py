@@ -87,6 +87,7 @@ CHAT_TABLES = {
     "local_models",
     "chat_model_offers",
     "answer_feedback",
+    "issued_ids",
 }
 SOURCES_TABLES = {"sources", "source_files", "sync_claims", "sync_runs"}
 # The migrations added since that release, in the order a release database runs them.

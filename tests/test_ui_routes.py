@@ -328,3 +328,14 @@ def test_editing_the_first_question_retitles_a_conversation_titled_after_it(
     again = client.post(f"/ui/messages/{first}/edit", data={"message": "Is it open on Sunday?"})
     assert again.status_code == 200 and 'id="conversation-title"' not in again.text
     assert services.conversations.get(conversation).title == "Canteen hours"
+
+
+def test_a_deleted_conversations_id_is_never_given_to_a_new_one(client: TestClient[Any]) -> None:
+    """#26 item 8: deleting the newest conversation handed its id to the next one, so a
+    link to the deleted conversation opened the new one."""
+    conversations = client.app.state.services.conversations
+    first = conversations.create("First")
+    newest = conversations.create("Newest")
+    assert conversations.delete(newest.id)
+    again = conversations.create("Another")
+    assert again.id > newest.id > first.id

@@ -40,14 +40,20 @@ class Conversations:
 
     def create(self, title: str, owner: int | None = None) -> Conversation:
         """A new conversation, and its owner (a user id) in the same transaction: one
-        without an owner is visible to admins only (those from before accounts)."""
+        without an owner is visible to admins only (those from before accounts). Its id
+        was never another conversation's: a link to a deleted one never opens a new one."""
         now = time.time()
         title = auto_title(title)
         with self.db.write() as db:
-            table = db.table("conversations").insert(
-                {"title": title, "created_at": now, "updated_at": now}
+            issued = db.execute(
+                "UPDATE issued_ids SET last = MAX(last, (SELECT COALESCE(MAX(id), 0)"
+                " FROM conversations)) + 1 WHERE name = 'conversations' RETURNING last"
+            ).fetchall()
+            conversation_id = int(issued[0][0])
+            db.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                [conversation_id, title, now, now],
             )
-            conversation_id = int(table.last_rowid or 0)
             if owner is not None:
                 db.execute(
                     "INSERT INTO conversation_owners (conversation_id, user_id) VALUES (?, ?)",

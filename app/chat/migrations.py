@@ -185,3 +185,15 @@ def m018_conversation_scope(db: sqlite_utils.Database) -> None:
     """The collections a conversation's questions search (JSON list of ids; NULL: all the
     asker may read). Always narrowed to what the asker may read when searching."""
     db.execute("ALTER TABLE conversations ADD COLUMN scope TEXT")
+
+
+@MIGRATIONS.add()
+def m019_issued_ids(db: sqlite_utils.Database) -> None:
+    """The highest conversation id ever issued: SQLite gives a new row the largest id in
+    the table plus one, so deleting the newest conversation handed its id to the next,
+    and a link or bookmark to the deleted one opened the new one."""
+    db.execute("CREATE TABLE issued_ids (name TEXT PRIMARY KEY, last INTEGER NOT NULL)")
+    db.execute(
+        "INSERT INTO issued_ids (name, last)"
+        " SELECT 'conversations', COALESCE(MAX(id), 0) FROM conversations"
+    )
