@@ -78,7 +78,12 @@
   });
   htmx.onLoad(function (root) {
     var form = root.querySelector ? root.querySelector(".feedback-form:not([hidden])") : null;
-    if (form) { form.querySelector("textarea").focus(); }
+    if (!form) { return; }
+    // One popover at a time: an earlier one left open would cover the next question.
+    document.querySelectorAll(".feedback-form:not([hidden])").forEach(function (other) {
+      if (other !== form) { other.hidden = true; }
+    });
+    form.querySelector("textarea").focus();
   });
 
   // The question's scope: the collections ticked ("" when all are, so collections added

@@ -84,11 +84,29 @@ def test_thumbs_then_an_optional_comment_in_a_popover(page: Any, server: SignedI
     mine = server.get(f"/api/answers/{answer_id}/feedback").json()
     assert (mine["rating"], mine["comment"]) == ("up", "It should mention the size limit")
 
+    conversation_url = page.url
     page.goto("/admin/feedback")
-    row = page.locator(".feedback-entry").first
-    assert "How do I upload for feedback?" in row.inner_text()
-    assert "It should mention the size limit" in row.inner_text()
+    rows = page.locator(".feedback-entry")
+    first = rows.filter(has_text="How do I upload for feedback?")
+    assert "It should mention the size limit" in first.inner_text()
     shot(page, "feedback-admin")
+
+    page.goto(conversation_url)
+    answer = page.locator(f"article.msg.assistant[data-message='{answer_id}']")
+    answer.locator("[aria-label='Good answer']").click()  # pressed again: taken back
+    page.wait_for_function("() => !document.querySelector('.feedback-choice[aria-pressed=true]')")
+    assert server.get(f"/api/answers/{answer_id}/feedback").status_code == 404
+
+    # One popover at a time: another answer's thumb closes the first one's.
+    server.model.enqueue(["A second answer [1]."])
+    answered(page, "And how large may the files be?", "second answer")
+    second = page.locator("article.msg.assistant:not(.streaming)").last
+    answer.locator("[aria-label='Bad answer']").click()
+    answer.locator(".feedback-form").wait_for(state="visible")
+    second.locator("[aria-label='Good answer']").click()
+    second.locator(".feedback-form").wait_for(state="visible")
+    answer.locator(".feedback-form").wait_for(state="hidden")
+    assert page.locator(".feedback-form:visible").count() == 1
 
 
 # --- 3. answer versions ---------------------------------------------------------------------

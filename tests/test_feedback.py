@@ -180,3 +180,28 @@ def test_feedback_goes_with_its_conversation(client: TestClient[Any]) -> None:
     assert client.delete(f"/ui/conversations/{conversation}", headers=HX).status_code == 200
     rows = client.app.state.services.db.read().execute("SELECT COUNT(*) FROM answer_feedback")
     assert rows.fetchone()[0] == 0
+
+
+def test_a_pressed_thumb_pressed_again_takes_the_rating_back(client: TestClient[Any]) -> None:
+    """#26 item 8: a pressed thumb could not be un-pressed."""
+    indexed_document(client)
+    _, answer = answered(client, "When does the canteen open?", "At noon [1].")
+    pressed = client.post(f"/ui/messages/{answer}/feedback", data={"rating": "up"}, headers=HX)
+    up = re.search(rf'<button[^>]*id="feedback-up-{answer}"[^>]*>', pressed.text)
+    assert up is not None and 'aria-pressed="true"' in up.group(0)
+    assert '"rating": "none"' in up.group(0)  # pressing it again takes the rating back
+    down = re.search(rf'<button[^>]*id="feedback-down-{answer}"[^>]*>', pressed.text)
+    assert down is not None and '"rating": "down"' in down.group(0)
+
+    undone = client.post(f"/ui/messages/{answer}/feedback", data={"rating": "none"}, headers=HX)
+    assert undone.status_code == 200
+    assert 'aria-pressed="true"' not in undone.text and "feedback-form" not in undone.text
+    user = client.app.state.services.auth.users.by_name("tester")
+    assert AnswerFeedback(client.app.state.services.db).of(answer, user.id) is None
+
+    key = {"Authorization": f"Bearer {add_key(client)}"}
+    url = f"/api/answers/{answer}/feedback"
+    assert client.delete(url, headers=key).status_code == 404  # nothing to take back
+    client.post(url, json={"rating": "down"}, headers=key)
+    assert client.delete(url, headers=key).status_code == 204
+    assert client.get(url, headers=key).status_code == 404

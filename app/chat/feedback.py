@@ -69,6 +69,16 @@ class AnswerFeedback:
         assert found is not None
         return found
 
+    def withdraw(self, message_id: int, user_id: int) -> bool:
+        """Take back ``user_id``'s feedback on an answer (a pressed thumb pressed again);
+        whether there was any."""
+        with self.db.write() as db:
+            cursor = db.execute(
+                "DELETE FROM answer_feedback WHERE message_id = ? AND user_id = ?",
+                [message_id, user_id],
+            )
+        return cursor.rowcount > 0
+
     def of(self, message_id: int, user_id: int) -> Feedback | None:
         row = (
             self.db.read()

@@ -9,7 +9,7 @@ import time
 from typing import Annotated, Any, Literal
 
 import msgspec
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import Provide
 from litestar.enums import RequestEncodingType
 from litestar.params import Body
@@ -85,6 +85,14 @@ def _give(services: Services, message_id: int, rating: str, comment: str | None)
     return AnswerFeedback(services.db).give(message_id, user_id, chosen, comment)
 
 
+def _withdraw(services: Services, message_id: int) -> bool:
+    user_id = current_user_id()
+    if user_id is None:
+        raise NotAuthenticated()
+    _answer(services, message_id)
+    return AnswerFeedback(services.db).withdraw(message_id, user_id)
+
+
 def _mine(services: Services, message_id: int) -> Feedback | None:
     _answer(services, message_id)
     user_id = current_user_id()
@@ -102,7 +110,11 @@ class FeedbackUi(Controller):
         data: Annotated[FeedbackForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
         services: Services,
     ) -> Template:
-        """A 👍/👎 click (no comment: the comment popover opens) or the popover's Send."""
+        """A 👍/👎 click (no comment: the comment popover opens), the popover's Send, or a
+        click on the thumb already pressed (``rating`` "none"): the rating is taken back."""
+        if data.rating == "none":
+            await asyncio.to_thread(_withdraw, services, message_id)
+            return Template("_feedback.html", context={"message": {"id": message_id}})
         feedback = await asyncio.to_thread(_give, services, message_id, data.rating, data.comment)
         return Template(
             "_feedback.html",
@@ -127,6 +139,12 @@ class FeedbackApi(Controller):
         """Give or change the caller's 👍/👎 ("up"/"down") on an answer, with a comment."""
         feedback = await asyncio.to_thread(_give, services, answer_id, data.rating, data.comment)
         return FeedbackOut.of(feedback)
+
+    @delete("/{answer_id:int}/feedback", status_code=204)
+    async def withdraw(self, answer_id: RowId, services: Services) -> None:
+        """Take back the caller's feedback on an answer (404 when there was none)."""
+        if not await asyncio.to_thread(_withdraw, services, answer_id):
+            raise NotFound("no feedback of yours on this answer")
 
     @get("/{answer_id:int}/feedback")
     async def mine(self, answer_id: RowId, services: Services) -> FeedbackOut:
