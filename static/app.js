@@ -281,6 +281,14 @@
     var messages = $("#messages");
     if (messages) { messages.scrollTop = messages.scrollHeight; }
   });
+  // An opened conversation shows its latest answer, selected: its sources are in the pane.
+  (function showLatest() {
+    var messages = $("#messages");
+    if (!messages) { return; }
+    var answers = messages.querySelectorAll("article.msg.assistant");
+    if (answers.length) { answers[answers.length - 1].classList.add("selected"); }
+    messages.scrollTop = messages.scrollHeight;
+  })();
 
   // The status bar's upload badge: files being sent, then processed, still counted after the
   // dialog is closed (each row in it polls its own status); a click reopens the dialog. When

@@ -126,3 +126,33 @@ def test_typing_a_question_prefetches_its_prompt(browser: Any, server: InProcess
     page.wait_for_selector("#messages article.msg.assistant:not(.streaming)")
     assert server.model.history[-1].prompt.startswith(prefix)
     page.context.close()
+
+
+def test_an_opened_conversation_lands_on_its_latest_answer_with_its_sources(
+    browser: Any,  # noqa: F811
+    server: InProcessServer,
+) -> None:
+    """#26 item 8: opening a conversation landed at the top, the latest answer off-screen
+    and the Sources pane empty."""
+    page = _page(browser, server, "boss", width=1280)
+    for n in range(6):  # enough turns to overflow the message list
+        server.model.enqueue([f"Answer {n}: the hotel cap is 180 pounds [1]. " * 3])
+        page.fill("#question", f"Question {n} about the hotel cap for staff travel?")
+        page.keyboard.press("Enter")
+        page.wait_for_function(
+            f"() => document.querySelectorAll('#messages article.msg.assistant:not(.streaming)')"
+            f".length === {n + 1}"
+        )
+    page.wait_for_url("**/c/*")
+    url = page.url
+    page.goto("/")
+    page.goto(url)
+    messages = page.locator("#messages")
+    at_bottom = messages.evaluate("m => m.scrollTop + m.clientHeight >= m.scrollHeight - 4")
+    overflows = messages.evaluate("m => m.scrollHeight > m.clientHeight")
+    assert overflows and at_bottom
+    latest = page.locator("#messages article.msg.assistant").last
+    assert "selected" in (latest.get_attribute("class") or "")
+    latest_id = latest.get_attribute("data-message")
+    assert page.locator(f"#sources-pane #source-{latest_id}-1").count() == 1
+    page.context.close()

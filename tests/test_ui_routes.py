@@ -339,3 +339,20 @@ def test_a_deleted_conversations_id_is_never_given_to_a_new_one(client: TestClie
     assert conversations.delete(newest.id)
     again = conversations.create("Another")
     assert again.id > newest.id > first.id
+
+
+def test_an_opened_conversation_shows_its_latest_answers_sources(client: TestClient[Any]) -> None:
+    """#26 item 8: opening a conversation left the Sources pane empty."""
+    indexed_document(client)
+    model = fake_model(client)
+    model.enqueue(["Noon [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    model.enqueue(["Soup [1]."])
+    ask(client, "What does it serve?", conversation)
+    page = client.get(f"/c/{conversation}").text
+    pane = page[page.index('id="sources-pane"') :]
+    pane = pane[: pane.index("</div>")]
+    answers = [int(n) for n in re.findall(r'<article[^>]*assistant[^>]*data-message="(\d+)"', page)]
+    assert answers and f'id="source-{answers[-1]}-1"' in pane  # the latest answer's [1]
+    assert "Sources of the selected answer appear here" not in pane
+    assert "Sources of the selected answer appear here" in client.get("/").text

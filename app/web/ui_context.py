@@ -99,12 +99,16 @@ def shell_context(services: Services, conversation_id: int | None) -> dict[str, 
     conversations = services.conversations
     conversation = conversations.get(conversation_id) if conversation_id else None
     messages = conversations.messages(conversation.id) if conversation else []
+    # Opened, a conversation shows its latest answer's sources (as after it was written).
+    latest = next((m for m in reversed(messages) if m.role == "assistant"), None)
     return {
         **library_context(services),
         **conversation_list_context(services),
         "conversation": conversation,
         "pinned": conversations.is_pinned(conversation.id) if conversation else False,
         "messages": messages,
+        "latest_answer": latest,
+        "latest_documents": cited_documents(services, latest) if latest else {},
         "feedback": feedback_given(services, messages),
         "suggestions": [] if conversation else suggested_questions(services),
         "status": status_context(services),
