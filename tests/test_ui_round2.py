@@ -242,3 +242,19 @@ def test_a_pdf_title_that_names_no_document_falls_back_to_the_file_name(
 ) -> None:
     data = make_pdf(["Claims are paid within 30 days."], title=metadata)
     assert parse_document(data, DocumentKind.PDF, "travel-policy.pdf").title == title
+
+
+def test_the_upload_dialog_chooses_the_collection_a_conversation_searches(
+    client: TestClient[Any],
+) -> None:
+    """#26 item 8: in a conversation scoped to another collection, the upload dialog
+    still chose "default"."""
+    handbook, policies = reader_and_writer(client)
+    services = client.app.state.services
+    scoped = services.conversations.create("Handbook questions")
+    services.conversations.set_scope(scoped.id, [handbook])
+    assert choices(client.get(f"/c/{scoped.id}").text)[str(handbook)] == "handbook*"
+    everywhere = services.conversations.create("Anything")
+    assert choices(client.get(f"/c/{everywhere.id}").text)[str(services.collection_id)] == (
+        "default*"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -83,12 +84,16 @@ def writable_collections(services: Services) -> list[CollectionRecord]:
     return readable if writable is None else [c for c in readable if c.id in writable]
 
 
-def upload_context(services: Services, opened_from: int | None = None) -> dict[str, Any]:
+def upload_context(
+    services: Services, opened_from: int | None = None, scope: Collection[int] | None = None
+) -> dict[str, Any]:
     """The upload dialog's choice of collection: those the caller may write to, the one
-    whose table it was opened from chosen (else the default collection, else the first)."""
+    whose table it was opened from chosen, else one the conversation searches (``scope``),
+    else the default collection, else the first."""
     choices = writable_collections(services)
     ids = [c.id for c in choices]
-    chosen = next((i for i in (opened_from, services.collection_id) if i in ids), None)
+    candidates = (opened_from, *sorted(scope or ()), services.collection_id)
+    chosen = next((i for i in candidates if i in ids), None)
     return {
         "upload_collections": choices,
         "upload_chosen": chosen if chosen is not None else (ids[0] if ids else None),
@@ -112,7 +117,7 @@ def shell_context(services: Services, conversation_id: int | None) -> dict[str, 
         "feedback": feedback_given(services, messages),
         "suggestions": [] if conversation else suggested_questions(services),
         "status": status_context(services),
-        **upload_context(services),
+        **upload_context(services, scope=conversation.scope if conversation else None),
         **model_context(services, conversation),
         **scope_context(services, conversation),
     }
