@@ -298,16 +298,21 @@
     var badge = $("#upload-badge");
     if (!badge) { return; }
     var rows = document.querySelectorAll("#upload-rows .upload-row:not([data-reported])");
-    var processing = 0, indexed = 0, failed = 0;
+    // Queued files wait their turn and are not being processed yet; a file refused at
+    // upload (its type, its size) was never accepted, so it is "refused", not "failed".
+    var queued = 0, processing = 0, indexed = 0, failed = 0, refused = 0;
     Array.prototype.forEach.call(rows, function (row) {
       var status = row.dataset.status;
       if (status === "indexed") { indexed++; }
-      else if (status === "failed" || status === "rejected") { failed++; }
+      else if (status === "failed") { failed++; }
+      else if (status === "rejected") { refused++; }
+      else if (status === "queued") { queued++; }
       else { processing++; }
     });
     var busy = [];
     if (sending) { busy.push("Uploading " + sending); }
     if (processing) { busy.push("Processing " + processing); }
+    if (queued) { busy.push(queued + " queued"); }
     if (busy.length) {
       window.clearTimeout(badgeTimer);
       badge.dataset.state = "busy";
@@ -316,9 +321,14 @@
       return;
     }
     if (badge.dataset.state !== "busy") { return; }
-    if (!indexed && !failed) { badge.hidden = true; badge.dataset.state = ""; return; }  // refused
-    badge.dataset.state = failed ? "failed" : "done";
-    badge.textContent = "Uploads done: " + indexed + " indexed" + (failed ? " · " + failed + " failed" : "");
+    if (!indexed && !failed && !refused) { badge.hidden = true; badge.dataset.state = ""; return; }
+    badge.dataset.state = failed || refused ? "failed" : "done";
+    var parts = [];
+    if (indexed) { parts.push(indexed + " indexed"); }
+    if (failed) { parts.push(failed + " failed"); }
+    if (refused) { parts.push(refused + " refused"); }
+    badge.textContent = "Uploads done: " + parts.join(" · ");
+    badge.hidden = false;
     Array.prototype.forEach.call(rows, function (row) { row.dataset.reported = ""; });
     badgeTimer = window.setTimeout(function () { badge.hidden = true; }, 5000);
   }

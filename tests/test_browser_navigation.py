@@ -119,3 +119,17 @@ def test_upload_badge_outlives_the_dialog(page: Any, server: SignedInServer, tmp
     finally:
         gated.gate.set()
         worker.embedder = gated.inner
+
+
+def test_a_refused_upload_is_counted_as_refused_not_failed(
+    page: Any, server: SignedInServer, tmp_path: Any
+) -> None:
+    """#26 item 8: a file refused at upload made the status bar say '1 failed'."""
+    path = tmp_path / "setup.exe"
+    path.write_bytes(b"MZ\x90\x00" + bytes(range(256)))
+    page.goto("/")
+    page.keyboard.press("u")
+    page.set_input_files("#upload-input", [str(path)])
+    page.click("#upload-form button[type=submit]")
+    page.locator("#upload-badge", has_text="Uploads done: 1 refused").wait_for()
+    assert "failed" not in page.locator("#upload-badge").inner_text()

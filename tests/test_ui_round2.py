@@ -249,7 +249,7 @@ def test_the_upload_dialog_chooses_the_collection_a_conversation_searches(
 ) -> None:
     """#26 item 8: in a conversation scoped to another collection, the upload dialog
     still chose "default"."""
-    handbook, policies = reader_and_writer(client)
+    handbook, _ = reader_and_writer(client)
     services = client.app.state.services
     scoped = services.conversations.create("Handbook questions")
     services.conversations.set_scope(scoped.id, [handbook])
