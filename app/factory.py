@@ -16,7 +16,7 @@ from litestar.types import Message, Scope
 
 from app.auth.guards import csrf_token, may_write, require_principal
 from app.auth.hosts import AllowedHosts
-from app.chat.rendering import render_answer
+from app.chat.rendering import render_answer, render_streaming
 from app.config.settings import Settings
 from app.documents.intake import MAX_PARTS_PER_REQUEST
 from app.errors import handle_error
@@ -89,6 +89,7 @@ def _handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[A
 
 def _configure_templates(engine: JinjaTemplateEngine) -> None:
     engine.engine.globals["render_answer"] = render_answer
+    engine.engine.globals["render_streaming"] = render_streaming
     engine.engine.globals["csrf_token"] = csrf_token
     engine.engine.globals["may_write"] = may_write
     register_filters(engine.engine.filters)

@@ -240,7 +240,7 @@ def test_send_is_disabled_while_an_answer_streams(page: Any, server: SignedInSer
     server.model.enqueue([f" word{n}" for n in range(30)])
     page.goto("/")
     ask(page, "How do I upload files?")
-    page.locator("article.msg.streaming .msg-body span").nth(1).wait_for(timeout=10_000)
+    page.locator("article.msg.streaming .msg-body", has_text="word1").wait_for(timeout=10_000)
     assert send.is_disabled()
     page.fill("#question", "A second question, too soon")
     page.locator("#question").press("Enter")  # Enter sends nothing either
@@ -264,7 +264,7 @@ def test_send_is_disabled_while_an_answer_streams(page: Any, server: SignedInSer
     server.model.token_delay_s = 0.2  # Stop ends the stream: Send is back
     server.model.enqueue([f" stop{n}" for n in range(40)])
     ask(page, "How do I upload files, and then stop?")
-    page.locator("article.msg.streaming .msg-body span").nth(1).wait_for(timeout=10_000)
+    page.locator("article.msg.streaming .msg-body", has_text="stop1").wait_for(timeout=10_000)
     assert send.is_disabled()
     page.locator("article.msg.streaming .stop-button").click()
     page.locator("article.msg.assistant .stopped-mark").wait_for(timeout=10_000)

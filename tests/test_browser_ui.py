@@ -143,7 +143,7 @@ def test_stop_button_and_escape_end_generation_on_the_server(
         page.goto("/")
         ask(page, f"How do I upload files? ({stop_with})")
         streaming = page.locator("article.msg.streaming")
-        streaming.locator(".msg-body span").nth(2).wait_for(timeout=10_000)
+        streaming.locator(".msg-body", has_text="token2").wait_for(timeout=10_000)
         started = time.monotonic()
         if stop_with == "button":
             streaming.locator(".stop-button").click()

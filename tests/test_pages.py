@@ -85,7 +85,8 @@ def test_ask_then_stream_renders_escaped_tokens_and_linked_citations(
     assert f'href="/documents/{document_id}/pages/1?chunk=' in reading
     assert "[1] Canteen, page 1" in reading
     tokens = [data for name, data in events if name == "token"]
-    assert tokens[0] == "<span>&lt;b&gt;</span>"
+    assert tokens[0].strip() == "<p>&lt;b&gt;</p>"  # each event: the answer so far, rendered
+    assert tokens[-1].strip() == "<p>&lt;b&gt;Noon daily [1].</p>"
     name, done = events[-1]
     assert name == "done"
     assert f'href="/documents/{document_id}/pages/1?chunk=' in done
@@ -159,3 +160,20 @@ def test_final_answer_is_sanitised_markdown_in_the_stream_and_on_reload(
         assert injected_markup(html) == []
         assert "javascript:" not in html.replace("[x](javascript:alert(1))", "")
     assert all("<img" not in data for _, data in events)
+
+
+def test_an_answer_renders_as_markdown_while_it_is_written(client: TestClient[Any]) -> None:
+    """#26 item 8: answers rendered as plain text until the last token."""
+    created = upload(client, ("canteen.md", b"# Canteen\n\nThe canteen opens at noon daily."))
+    wait_indexed(client, created.json()["documents"][0]["id"])
+    fake_model(client).enqueue(["**Opening", " hours**", ":\n\n- noon", " [1]\n- six", " [1]"])
+    turn = client.post("/ui/ask", data={"message": "When does the canteen open?"})
+    question_id = int(re.search(r'sse-connect="/ui/answers/(\d+)/stream"', turn.text).group(1))  # type: ignore[union-attr]
+    events = sse_events(client.get(f"/ui/answers/{question_id}/stream").text)
+    tokens = [data for name, data in events if name == "token"]
+    assert "**Opening" in tokens[0]  # not closed yet: shown as written
+    assert "<strong>Opening hours</strong>" in tokens[1]  # closed: bold at once
+    assert "<li>noon</li>" in tokens[2] and "<ul>" in tokens[2]  # a list as soon as it starts
+    assert "<li>noon [1]</li>" in tokens[3]
+    assert tokens[-1].count("<li>") == 2
+    assert "<script" not in "".join(tokens)

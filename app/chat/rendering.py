@@ -48,6 +48,13 @@ def render_answer(message: Message) -> Markup:
     )
 
 
+def render_streaming(text: str) -> Markup:
+    """An answer still being written, as sanitised HTML: its Markdown as far as it goes
+    (an unclosed ``**`` shows as written until it closes); its ``[n]`` are linked once
+    the answer is done and its citations are known."""
+    return render_markdown(text)
+
+
 def ungrounded(message: Message) -> bool:
     """Whether an answer cites nothing at all while answering: not a decline ("could not
     find anything", "the documents do not cover"), not a stopped or empty answer."""

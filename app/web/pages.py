@@ -311,10 +311,13 @@ class Partials(Controller):
 async def html_events(
     chat: ChatService, question: Message, request: Request[Any, Any, Any]
 ) -> AsyncIterator[ServerSentEventMessage]:
-    """What the model reads, tokens as escaped HTML spans, which passages it is checking
-    the answer against, then the finished message replacing the stream."""
+    """What the model reads, the answer so far as rendered Markdown at each token (a list
+    is a list, bold is bold, while it is written), which passages it is checking the
+    answer against, then the finished message replacing the stream (with its citations
+    linked)."""
     templates = request.app.template_engine
     assert templates is not None
+    written = ""
     try:
         audit = answer_audit(request.app.state.services.auth)
         async for event in chat.answer(question, on_stored=audit):
@@ -328,8 +331,9 @@ async def html_events(
                 html = templates.get_template("_checking.html").render(sources=event.sources)
                 yield ServerSentEventMessage(data=html, event="checking")
             elif isinstance(event, TokenEvent):
-                span = templates.get_template("_token.html").render(token=event.text)
-                yield ServerSentEventMessage(data=span, event="token")
+                written += event.text
+                html = templates.get_template("_token.html").render(written=written)
+                yield ServerSentEventMessage(data=html, event="token")
             elif isinstance(event, DoneEvent):
                 services = request.app.state.services
                 documents = await asyncio.to_thread(cited_documents, services, event.message)
