@@ -207,6 +207,8 @@ class MessageOut(msgspec.Struct):
     unsupported: list[UnsupportedOut] = msgspec.field(default_factory=list)
     grounded: bool | None = None
     query: str | None = None  # an answer's search query (null: a question, or stored before)
+    # the collections an answer searched, by name (null: all the asker could read)
+    scope: list[str] | None = None
 
     @classmethod
     def of(cls, message: Message) -> MessageOut:
@@ -221,6 +223,9 @@ class MessageOut(msgspec.Struct):
             unsupported=[UnsupportedOut.of(u) for u in message.unsupported],
             grounded=bool(message.citations) if answer else None,
             query=searched_for(message),
+            scope=None
+            if message.context is None or message.context.scope is None
+            else list(message.context.scope),
         )
 
 

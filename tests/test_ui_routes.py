@@ -356,3 +356,23 @@ def test_an_opened_conversation_shows_its_latest_answers_sources(client: TestCli
     assert answers and f'id="source-{answers[-1]}-1"' in pane  # the latest answer's [1]
     assert "Sources of the selected answer appear here" not in pane
     assert "Sources of the selected answer appear here" in client.get("/").text
+
+
+def test_each_answer_shows_the_collections_it_searched(client: TestClient[Any]) -> None:
+    """#26 item 8: past answers did not show the scope they used (it may have changed)."""
+    indexed_document(client)
+    services = client.app.state.services
+    model = fake_model(client)
+    model.enqueue(["Noon [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    services.conversations.set_scope(conversation, [services.collection_id])
+    model.enqueue(["Six [1]."])
+    ask(client, "When does the canteen close?", conversation)
+    answers = [
+        m for m in services.conversations.messages(conversation) if m.role == "assistant"
+    ]
+    assert [a.context.scope for a in answers] == [None, ("default",)]
+    page = client.get(f"/c/{conversation}").text
+    assert page.count("Searched in default") == 1  # the first searched everything
+    api = client.get(f"/api/conversations/{conversation}").json()["messages"]
+    assert [m.get("scope") for m in api if m["role"] == "assistant"] == [None, ["default"]]

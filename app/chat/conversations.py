@@ -268,6 +268,17 @@ class Conversations:
         found = self.get(conversation_id)
         return found.scope if found else None
 
+    def names_of(self, collection_ids: Collection[int]) -> tuple[str, ...]:
+        """The names of these collections, sorted (those deleted since are left out)."""
+        if not collection_ids:
+            return ()
+        placeholders = ",".join("?" * len(collection_ids))
+        rows = self.db.read().execute(
+            f"SELECT name FROM collections WHERE id IN ({placeholders}) ORDER BY name",  # noqa: S608
+            list(collection_ids),
+        )
+        return tuple(str(row[0]) for row in rows)
+
     def chosen_model(self, conversation_id: int) -> str | None:
         """The model chosen for the conversation while chat still offers it, else None."""
         row = (

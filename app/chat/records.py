@@ -50,6 +50,8 @@ class TurnContext:
     sources: tuple[ShownSource, ...] = ()
     refers: tuple[int, ...] = ()
     query: str | None = None  # what was searched for (None: stored before queries were)
+    # the collections searched, by name then (None: all the asker could read)
+    scope: tuple[str, ...] | None = None
 
     def to_json(self) -> str:
         return json.dumps(
@@ -60,6 +62,7 @@ class TurnContext:
                 ],
                 "refers": list(self.refers),
                 "query": self.query,
+                "scope": None if self.scope is None else list(self.scope),
             }
         )
 
@@ -71,7 +74,14 @@ class TurnContext:
         )
         refers = tuple(int(n) for n in data.get("refers", []))
         query = data.get("query")
-        return cls(str(data["answer"]), sources, refers, None if query is None else str(query))
+        scope = data.get("scope")
+        return cls(
+            str(data["answer"]),
+            sources,
+            refers,
+            None if query is None else str(query),
+            None if scope is None else tuple(str(name) for name in scope),
+        )
 
 
 @dataclass(frozen=True)

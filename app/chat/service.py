@@ -260,9 +260,12 @@ class ChatService:
         turns = await asyncio.to_thread(self.conversations.turns_before, question)
         query = conversation_query([asked.content for asked, _ in turns] + [question.content])
         hits = await asyncio.to_thread(self.retrieve, query, scope)
+        searched_in = (
+            None if scope is None else await asyncio.to_thread(self.conversations.names_of, scope)
+        )
         earlier = await asyncio.to_thread(self.conversations.earlier_answers, question)
         if not hits:
-            progress.context = TurnContext(NOTHING_FOUND, query=query)
+            progress.context = TurnContext(NOTHING_FOUND, query=query, scope=searched_in)
             yield TokenEvent(NOTHING_FOUND)
             if NOTHING_FOUND in earlier:  # written again, nothing is found again
                 version = earlier.index(NOTHING_FOUND) + 1
@@ -318,9 +321,9 @@ class ChatService:
         finally:
             if not completed:  # the client left (leaving the loop cancelled the request)
                 progress.partial = guard.text.strip()
-                progress.context = _context(grounding, guard.text, query)
+                progress.context = _context(grounding, guard.text, query, searched_in)
         checked = grounding.checked(guard.text, withhold=self.config.withhold_unsupported)
-        progress.context = _context(grounding, guard.text, query)
+        progress.context = _context(grounding, guard.text, query, searched_in)
         # Not asked about a follow-up: the checker reads the passages and the question
         # alone, and "How high is it?" names nothing they could state (three ways of
         # showing it the question measured: each withheld more right answers than wrong).
@@ -436,12 +439,14 @@ def _turn(asked: Message, answered: Message) -> Turn:
     return Turn(asked.content, context.answer, sources, context.refers)
 
 
-def _context(grounding: Grounding, generated: str, query: str) -> TurnContext:
+def _context(
+    grounding: Grounding, generated: str, query: str, scope: tuple[str, ...] | None
+) -> TurnContext:
     """What the model saw and said, stored with the answer for the next turn's prompt,
-    and what was searched for to find its sources."""
+    and what was searched for to find its sources, and in which collections."""
     turn = grounding.prompt.turn
     listed = tuple(
         ShownSource(citation, source.text)
         for citation, source in zip(grounding.listed(), turn.sources, strict=True)
     )
-    return TurnContext(generated, listed, turn.refers, query)
+    return TurnContext(generated, listed, turn.refers, query, scope)
