@@ -156,3 +156,40 @@ def test_an_opened_conversation_lands_on_its_latest_answer_with_its_sources(
     latest_id = latest.get_attribute("data-message")
     assert page.locator(f"#sources-pane #source-{latest_id}-1").count() == 1
     page.context.close()
+
+
+def test_the_question_box_keeps_its_width_beside_a_model_and_a_scope_choice(
+    browser: Any,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """#26 item 6: with a second chat model offered, the question box collapsed to 87 px
+    at 1024 and the model's name was cut ("gemma-3-270m (default")."""
+    from app.chat.local_models import ChatModels, LocalModels
+    from app.config.settings import Settings
+    from app.migrations import open_database
+    from tests.test_local_models import gguf
+
+    data = tmp_path_factory.mktemp("composer") / "data"
+    db = open_database(Settings(data_dir=data).db_path)
+    LocalModels(db, Settings(data_dir=data)).add(gguf(data.parent / "tiny.gguf"), "tiny")
+    ChatModels(db, Settings(data_dir=data)).set_offered(["tiny"])
+    db.close()
+    running = InProcessServer(data).start()
+    try:
+        services = running.app.state.services
+        services.auth.users.create("wide", TEST_PASSWORD, role="admin")
+        services.store.ensure_collection("handbook")  # a scope to choose: two collections
+        for width in (1024, 1280, 1600):
+            page = _page(browser, running, "wide", width=width)
+            page.goto("/")
+            page.locator("#model-choice").wait_for()
+            box = page.locator("#question").bounding_box()
+            form = page.locator("#ask-form").bounding_box()
+            assert box is not None and form is not None
+            assert box["width"] >= 0.5 * form["width"], (width, box, form)
+            select = page.locator("#model-choice")
+            fits = select.evaluate("s => s.scrollWidth <= s.clientWidth + 1")
+            assert fits, width  # the chosen model's name is not cut
+            page.context.close()
+    finally:
+        running.stop()
