@@ -193,3 +193,27 @@ def test_the_question_box_keeps_its_width_beside_a_model_and_a_scope_choice(
             page.context.close()
     finally:
         running.stop()
+
+
+@pytest.mark.parametrize("width", [1024, 390])
+def test_admin_pages_live_in_the_app_window_and_fit_it(
+    browser: Any,  # noqa: F811
+    server: InProcessServer,
+    width: int,
+) -> None:
+    """#26 item 6: /admin/sources (1040 px) and /admin/eval (1060 px) overflowed at 1024
+    and were unusable at 390, outside the app window, each with its own sub-navigation."""
+    page = _page(browser, server, "boss", width=width)
+    pages = ["/admin", "/admin/groups", "/admin/sources", "/admin/feedback", "/admin/eval"]
+    for path in [*pages, "/account"]:
+        page.goto(path)
+        assert page.locator(".menubar").count() == 1, path  # the app's own menu bar
+        nav = page.locator("nav.admin-nav")
+        assert nav.locator("a[aria-current=page]").get_attribute("href") == path
+        assert [a.get_attribute("href") for a in nav.locator("ul a").all()] == [
+            *pages,
+            "/account",
+        ]  # one navigation, the same on every page
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= width, (path, wide)  # nothing wider than the window
+    page.context.close()

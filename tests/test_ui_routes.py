@@ -368,9 +368,7 @@ def test_each_answer_shows_the_collections_it_searched(client: TestClient[Any]) 
     services.conversations.set_scope(conversation, [services.collection_id])
     model.enqueue(["Six [1]."])
     ask(client, "When does the canteen close?", conversation)
-    answers = [
-        m for m in services.conversations.messages(conversation) if m.role == "assistant"
-    ]
+    answers = [m for m in services.conversations.messages(conversation) if m.role == "assistant"]
     assert [a.context.scope for a in answers] == [None, ("default",)]
     page = client.get(f"/c/{conversation}").text
     assert page.count("Searched in default") == 1  # the first searched everything
