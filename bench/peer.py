@@ -5,7 +5,12 @@ installed llama-cpp-python's sdist is downloaded from the package index and buil
 (~6 min on 2 cores) into ``~/.cache/ragdesk/peer/<version>/``, with the flags ``make setup``
 builds Ragdesk's own llama.cpp with, so both run the same kernels.
 
-Both servers load the bundled model and run side by side, idle while the other is measured.
+Both servers load the same bundled model (``--model``: Gemma 3 270M by default, or the default
+chat model) and run side by side, idle while the other is measured. The peer runs as its
+own users start it: ``-np 8 -c 8192 -t <cpus>`` and nothing else (llama-server's defaults:
+no ``--swa-full``, which Ragdesk's engine needs for prefix reuse on sliding-window models
+and which costs Gemma 3 about a quarter of its throughput). ``--peer-tuned`` starts it as
+earlier rounds did (``-c 32768 -b 512 --swa-full``).
 For each repeat and each client count, N clients send one streamed ``/v1/completions`` each
 (distinct ~100-token prompts, 64 tokens, greedy) at the same instant, first to the peer
 (``-np 8``: eight parallel slots), then to Ragdesk: rounds alternate, so drift on a shared
@@ -47,7 +52,8 @@ from llm.local import available_cpus
 
 THROUGHPUT_BAR = 1.0
 SLOTS = 8
-CONTEXT_PER_SLOT = 4096
+CONTEXT_PER_SLOT = 4096  # --peer-tuned: as Ragdesk's engine gives each sequence
+DEFAULT_CONTEXT = 8192  # as a user starts it: -np 8 -c 8192
 # What the Makefile passes to llama-cpp-python's build (AMX off: some VMs fault on it).
 CMAKE_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
@@ -99,16 +105,21 @@ def build(version: str, root: Path) -> None:
 
 # --- the peer process -----------------------------------------------------------------------
 class PeerServer:
-    def __init__(self, binary: Path, model: Path, log_path: Path):
+    def __init__(self, binary: Path, model: Path, log_path: Path, *, tuned: bool = False):
         from tests.server import free_port
 
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log_path = log_path
+        self.flags = (
+            ["-np", str(SLOTS), "-c", str(SLOTS * CONTEXT_PER_SLOT), "-b", "512", "--swa-full"]
+            if tuned
+            else ["-np", str(SLOTS), "-c", str(DEFAULT_CONTEXT)]
+        ) + ["-t", str(available_cpus())]
         command = [
             str(binary),
             *("-m", str(model), "--host", "127.0.0.1", "--port", self.url.rsplit(":", 1)[1]),
-            *("-np", str(SLOTS), "-c", str(SLOTS * CONTEXT_PER_SLOT), "-b", "512"),
-            *("-t", str(available_cpus()), "--swa-full", "--no-webui"),
+            *self.flags,
+            "--no-webui",
         ]
         self._log = log_path.open("ab")
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
@@ -183,13 +194,15 @@ def first_model(url: str, headers: dict[str, str]) -> str:
 
 
 # --- the run --------------------------------------------------------------------------------
-def compare(peer_binary: Path, model: Path, counts: list[int], repeats: int) -> None:
+def compare(
+    peer_binary: Path, model: Path, counts: list[int], repeats: int, *, tuned: bool = False
+) -> None:
     from bench.serving import machine, print_log_tail, start_server
 
     load_at_start = os.getloadavg()[0]
     results: dict[tuple[str, int], list[Round]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        peer = PeerServer(peer_binary, model, Path(tmp) / "peer.log")
+        peer = PeerServer(peer_binary, model, Path(tmp) / "peer.log", tuned=tuned)
         ragdesk_server = None
         try:
             peer.wait_ready()
@@ -218,7 +231,8 @@ def compare(peer_binary: Path, model: Path, counts: list[int], repeats: int) -> 
             peer.stop()
             if ragdesk_server is not None:
                 ragdesk_server.stop()
-    print(f"## Serving against llama-server -np {SLOTS} ({machine()}, {model.name})\n")
+    print(f"## Serving against llama-server ({machine()}, {model.name})\n")
+    print(f"The peer: llama-server {' '.join(peer.flags)}.\n")
     print(f"Load average when the run started: {load_at_start:.2f}.\n")
     report(results, counts, repeats)
 

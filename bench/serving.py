@@ -42,7 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import httpx
 
 from llm.local import available_cpus
-from llm.models import small_model
+from llm.models import bundled_model, small_model
 
 MODEL_DIR = Path("data/models")
 CONCURRENCY_TOKENS = 64
@@ -197,12 +197,27 @@ def main() -> None:
         metavar="LLAMA_SERVER",
         help="instead: Ragdesk against this llama-server ('build': build one), see bench.peer",
     )
+    parser.add_argument(
+        "--peer-tuned",
+        action="store_true",
+        help="start the peer with -c 32768 -b 512 --swa-full (earlier rounds) instead of as "
+        "its users do (-np 8 -c 8192)",
+    )
+    parser.add_argument(
+        "--model",
+        choices=["small", "default"],
+        default="small",
+        help="with --peer: Gemma 3 270M (small) or the default chat model",
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     if args.peer:
         from bench.peer import compare, find_or_build
 
-        compare(find_or_build(args.peer), small_model(MODEL_DIR).resolve(), counts, args.repeats)
+        chosen = (
+            small_model(MODEL_DIR) if args.model == "small" else bundled_model(MODEL_DIR)
+        ).resolve()
+        compare(find_or_build(args.peer), chosen, counts, args.repeats, tuned=args.peer_tuned)
         return
     if sum(counts) + 1 > len(LEADS):
         parser.error(f"at most {len(LEADS) - 1} requests over all rounds")
