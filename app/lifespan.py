@@ -28,6 +28,7 @@ from app.config.retrieval import (
 )
 from app.config.search_stages import batched, reranker
 from app.config.settings import Settings
+from app.documents.page_images import PageImages
 from app.metrics import Metrics
 from app.migrations import open_database
 from app.state import Retrieval, Services
@@ -66,6 +67,9 @@ def open_services(settings: Settings) -> Services:
             memory_bytes=settings.ingest.parse_memory_bytes,
             processes=settings.ingest.parse_processes,
             ocr=settings.ingest.ocr_options(),
+        ),
+        page_images=PageImages(
+            UploadFiles(settings.uploads_dir), memory_bytes=settings.ingest.parse_memory_bytes
         ),
         metrics=Metrics(
             lambda: services.loaded_models(),
@@ -125,6 +129,7 @@ def _load_retrieval(services: Services) -> Retrieval:
         settings.index_dir,
         settings.ingest.config(),
         parse=services.parser.parse,
+        locate=services.parser.passage_boxes,
     )
     requeued = services.store.requeue_without_vectors(embedder.model_id)
     if requeued:
@@ -182,4 +187,5 @@ def _shutdown(services: Services, loader: threading.Thread) -> bool:
     if stopped:  # never pull the database from under a worker that is still writing
         services.db.close()
     services.parser.close()
+    services.page_images.close()
     return stopped

@@ -99,6 +99,9 @@ class CitationOut(msgspec.Struct):
     end: int
     snippet: str
     url: str
+    # the passage on its PDF page: [x0, y0, x1, y1] fractions of the page's width and
+    # height from its top-left corner (RAGFlow's "positions"); empty for other kinds
+    boxes: list[tuple[float, float, float, float]] = msgspec.field(default_factory=list)
 
     @classmethod
     def of(cls, citation: Citation) -> CitationOut:

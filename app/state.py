@@ -11,6 +11,7 @@ from app.auth.service import Auth
 from app.chat.conversations import Conversations
 from app.chat.service import ChatService
 from app.config.settings import Settings
+from app.documents.page_images import PageImages
 from app.errors import NotReady
 from app.metrics import Metrics
 from llm.backend import Backend
@@ -44,6 +45,7 @@ class Services:
     conversations: Conversations
     collection_id: int
     parser: IsolatedParser
+    page_images: PageImages
     auth: Auth
     metrics: Metrics
     disk: DiskWatch

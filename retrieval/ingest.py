@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +34,17 @@ from retrieval.index import FaissIndex
 from retrieval.parse_slots import ParseSlots
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
+from retrieval.parsers.page_boxes import passage_boxes
 from retrieval.store import DocumentGone, DocumentStore, stored_title
-from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
+from retrieval.types import Box, ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.uploads import UploadFiles
 from retrieval.vector_sync import restructure_if_needed
 
 log = logging.getLogger(__name__)
 
 Parse = Callable[[bytes, DocumentKind, str], ParsedDocument]
+# Where (page, text) passages stand on their PDF pages (retrieval/parsers/page_boxes.py).
+Locate = Callable[[bytes, list[tuple[int, str]]], list[list[Box]]]
 # (document id, stage, detail): stages "parsed", "embedded", "indexed", "failed" (detail:
 # the reason); what the ``ragdesk ingest`` progress display shows per file.
 Progress = Callable[[int, str, str | None], None]
@@ -50,6 +53,8 @@ Progress = Callable[[int, str, str | None], None]
 # most, never for a whole large document. Each slice's vectors go to the embedding cache,
 # so a document interrupted by a stop resumes where it was on the next start.
 EMBED_SLICE = 512
+# PDFs with more passages are not boxed on their pages (the search would cost minutes).
+MAX_BOXED_PASSAGES = 20_000
 # A document a full disk stopped is queued again this long after (it stays ``queued``).
 DISK_RETRY_S = 30.0
 
@@ -108,6 +113,7 @@ class IngestWorker:
         config: IngestConfig,
         parse: Parse = parse_document,
         progress: Progress | None = None,
+        locate: Locate = passage_boxes,
     ):
         self.store = store
         self.files = files
@@ -116,6 +122,7 @@ class IngestWorker:
         self.index_dir = index_dir
         self.config = config
         self.parse = parse  # production passes IsolatedParser.parse: a child process
+        self.locate = locate  # and IsolatedParser.passage_boxes
         self.progress = progress
         self.cache = EmbeddingCache(store.db) if config.embedding_cache else None
         self.cache_usage: CacheUsage | None = None  # as of the last prune
@@ -455,7 +462,25 @@ class IngestWorker:
             log.warning("parser unavailable; document %s stays queued", document_id)
             self.store.set_status(document_id, DocumentStatus.QUEUED)
             return None
+        if document.kind is DocumentKind.PDF:
+            chunks = self._boxed(document_id, data, chunks)
         return _Parsed(document_id, document.collection_id, parsed, chunks, started)
+
+    def _boxed(self, document_id: int, data: bytes, chunks: list[ChunkSpan]) -> list[ChunkSpan]:
+        """The passages with the boxes they cover on their pages; unboxed when that fails
+        (the text view still highlights them): never a reason to fail the document."""
+        if not chunks or len(chunks) > MAX_BOXED_PASSAGES:
+            return chunks
+        try:
+            boxes = self.locate(data, [(chunk.page, chunk.text) for chunk in chunks])
+        except Exception as exc:  # a parser shut down meanwhile included: the text stays
+            log.warning("document %s: passages not boxed on their pages (%s)", document_id, exc)
+            return chunks
+        if len(boxes) != len(chunks):
+            return chunks
+        return [
+            replace(chunk, boxes=tuple(found)) for chunk, found in zip(chunks, boxes, strict=True)
+        ]
 
     def _chunk(self, parsed: ParsedDocument) -> list[ChunkSpan]:
         """The document's passages; ParseError past ``max_document_passages`` (chunking

@@ -271,3 +271,10 @@ def m012_embedding_cache_pruning(db: sqlite_utils.Database) -> None:
             WHERE chunk_id IN (SELECT id FROM chunks WHERE document_id = new.id);
         END"""
     )
+
+
+@MIGRATIONS.add()
+def m020_chunk_boxes(db: sqlite_utils.Database) -> None:
+    """Where each passage of a PDF stands on its page (JSON list of [x0, y0, x1, y1],
+    fractions of the page; NULL: not a PDF, not found, or ingested before)."""
+    db.execute("ALTER TABLE chunks ADD COLUMN boxes TEXT")

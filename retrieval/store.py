@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict, deque
 from collections.abc import Collection, Iterable, Sequence
@@ -14,7 +15,7 @@ from retrieval.display import shown
 from retrieval.embedder import Vectors
 from retrieval.index import IdArray
 from retrieval.records import CollectionRecord, DocumentRecord
-from retrieval.types import ChunkSpan, DocumentKind, DocumentStatus, Hit, ParsedDocument
+from retrieval.types import Box, ChunkSpan, DocumentKind, DocumentStatus, Hit, ParsedDocument
 
 DEFAULT_COLLECTION = "default"
 
@@ -245,17 +246,26 @@ class DocumentStore:
             )
             ids: list[int] = []
             for chunk, chunk_id in zip(chunks, kept, strict=True):
+                boxes = json.dumps(chunk.boxes) if chunk.boxes else None
                 if chunk_id is not None:
                     db.execute(
-                        'UPDATE chunks SET page = ?, start = ?, "end" = ? WHERE id = ?',
-                        [chunk.page, chunk.start, chunk.end, chunk_id],
+                        'UPDATE chunks SET page = ?, start = ?, "end" = ?, boxes = ? WHERE id = ?',
+                        [chunk.page, chunk.start, chunk.end, boxes, chunk_id],
                     )
                     ids.append(chunk_id)
                     continue
                 cursor = db.execute(
-                    'INSERT INTO chunks (document_id, page, start, "end", heading, text)'
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    [document_id, chunk.page, chunk.start, chunk.end, chunk.heading, chunk.text],
+                    'INSERT INTO chunks (document_id, page, start, "end", heading, text, boxes)'
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        document_id,
+                        chunk.page,
+                        chunk.start,
+                        chunk.end,
+                        chunk.heading,
+                        chunk.text,
+                        boxes,
+                    ],
                 )
                 ids.append(int(cursor.lastrowid or 0))
         return StoredChunks(ids, frozenset(i for i in kept if i is not None))
@@ -327,7 +337,7 @@ class DocumentStore:
             return []
         placeholders = ",".join("?" * len(scored))
         rows = self.db.read().query(
-            f"""SELECT c.id, c.document_id, c.page, c.start, c."end", c.text,
+            f"""SELECT c.id, c.document_id, c.page, c.start, c."end", c.text, c.boxes,
                        COALESCE(d.title, d.filename) AS title
                 FROM chunks c JOIN documents d ON d.id = c.document_id
                 WHERE c.id IN ({placeholders})""",  # noqa: S608
@@ -344,6 +354,7 @@ class DocumentStore:
                 end=row["end"],
                 text=row["text"],
                 score=score,
+                boxes=parse_boxes(row["boxes"]),
             )
             for chunk_id, score in scored
             if (row := by_id.get(chunk_id)) is not None
@@ -360,3 +371,13 @@ class DocumentStore:
     def chunk(self, chunk_id: int) -> Hit | None:
         found = self.hits([(chunk_id, 1.0)])
         return found[0] if found else None
+
+
+def parse_boxes(raw: str | None) -> tuple[Box, ...]:
+    """A passage's stored boxes (none when NULL or not as written)."""
+    if not raw:
+        return ()
+    try:
+        return tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in json.loads(raw))
+    except (ValueError, TypeError, IndexError, KeyError):
+        return ()

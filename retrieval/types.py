@@ -57,15 +57,22 @@ class ParsedDocument:
     warnings: tuple[str, ...] = ()
 
 
+# Where a passage stands on its PDF page: x0, y0, x1, y1 as fractions of the page's width
+# and height from its top-left corner (retrieval/parsers/page_boxes.py).
+Box = tuple[float, float, float, float]
+
+
 @dataclass(frozen=True)
 class ChunkSpan:
-    """A chunk as a slice ``[start, end)`` of its page's text."""
+    """A chunk as a slice ``[start, end)`` of its page's text (and, in a PDF, the boxes it
+    covers on the page)."""
 
     page: int
     start: int
     end: int
     text: str
     heading: str | None
+    boxes: tuple[Box, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,3 +85,4 @@ class Hit:
     end: int
     text: str
     score: float
+    boxes: tuple[Box, ...] = ()  # on its PDF page; none for other kinds, or not found

@@ -529,9 +529,18 @@
   systemDark.addEventListener("change", showTheme);
   document.addEventListener("DOMContentLoaded", showTheme);
 
-  // The document viewer scrolls the cited passage into view.
+  // The document viewer scrolls the cited passage into view, in the text and on the page.
   document.addEventListener("DOMContentLoaded", function () {
     var passage = document.getElementById("passage");
     if (passage) { passage.scrollIntoView({ block: "center" }); }
+    var image = document.querySelector("#page-image img");
+    var box = document.querySelector("#page-image .page-boxes rect");
+    if (!image || !box) { return; }
+    function showBox() {
+      var figure = document.getElementById("page-image");
+      var top = parseFloat(box.getAttribute("y")) * image.clientHeight;
+      figure.scrollTop = Math.max(0, top - figure.clientHeight / 3);
+    }
+    if (image.complete) { showBox(); } else { image.addEventListener("load", showBox); }
   });
 })();

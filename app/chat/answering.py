@@ -55,6 +55,7 @@ def citation_of(hit: Hit, number: int = 0) -> Citation:
         start=hit.start,
         end=hit.end,
         snippet=excerpt(hit.text, SNIPPET_CHARS),
+        boxes=hit.boxes,
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llm.support import Unsupported
+from retrieval.types import Box
 
 Role = Literal["user", "assistant"]
 
@@ -22,6 +23,13 @@ class Citation:
     start: int
     end: int
     snippet: str
+    # where the passage stands on its PDF page: (x0, y0, x1, y1), fractions of the page
+    # from its top-left corner; none for other kinds, or not found
+    boxes: tuple[Box, ...] = ()
+
+    def __post_init__(self) -> None:  # read back from JSON: lists, made tuples again
+        boxes = tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in self.boxes)
+        object.__setattr__(self, "boxes", boxes)
 
     @property
     def url(self) -> str:

@@ -1,5 +1,5 @@
 """Responses about one document shared by several route modules: its status row (for
-polling) and its original file (always as a download)."""
+polling), its original file (always as a download) and a PDF page as it looks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from litestar.response import Response, Template
 
 from app.errors import NotFound
 from app.state import Services
+from retrieval.parsers import ParseError
+from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.records import DocumentRecord
+from retrieval.types import DocumentKind
 
 DOWNLOAD_TYPE = "application/octet-stream"
 
@@ -31,6 +34,21 @@ async def original_file(services: Services, document_id: int) -> Response[bytes]
     except FileNotFoundError:
         raise NotFound("the original file is missing from disk") from None
     return Response(data, media_type=DOWNLOAD_TYPE, headers=_download_headers(document))
+
+
+async def pdf_page_image(services: Services, document_id: int, page: int) -> Response[bytes]:
+    """A PDF page as it looks (PNG), for the viewer; 404 for another kind or no such page."""
+    document = await _document(services, document_id)
+    if document.kind is not DocumentKind.PDF or not 1 <= page <= document.page_count:
+        raise NotFound("no such PDF page")
+    try:
+        png = await asyncio.to_thread(services.page_images.png, document.stored_name, page)
+    except FileNotFoundError:
+        raise NotFound("the original file is missing from disk") from None
+    except (ParseError, ParserUnavailable):
+        raise NotFound("this page cannot be drawn; its text is shown instead") from None
+    headers = {"Cache-Control": "private, max-age=3600"}
+    return Response(png, media_type="image/png", headers=headers)
 
 
 async def original_file_head(services: Services, document_id: int) -> Response[None]:

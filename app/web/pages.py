@@ -32,7 +32,7 @@ from app.schemas import MAX_ROW_ID, RowId
 from app.state import Services
 from app.web.busy import require_quiet
 from app.web.deps import provide_chat, provide_services
-from app.web.document_views import document_row_template
+from app.web.document_views import document_row_template, pdf_page_image
 from app.web.ui_context import (
     choose_model,
     choose_scope,
@@ -88,6 +88,13 @@ class Pages(Controller):
     async def document(self, document_id: RowId) -> Redirect:
         return Redirect(f"/documents/{document_id}/pages/1")
 
+    @get("/documents/{document_id:int}/pages/{page:int}/image", media_type="image/png")
+    async def page_image(
+        self, document_id: RowId, page: RowId, services: Services
+    ) -> Response[bytes]:
+        """The PDF page as it looks, beside its text in the viewer."""
+        return await pdf_page_image(services, document_id, page)
+
     @get("/documents/{document_id:int}/pages/{page:int}")
     async def document_page(
         self,
@@ -137,6 +144,7 @@ async def page_view(
         "passage": passage or span[0] is not None,
         "nav": nav,
         "changed": changed,
+        "boxes": passage.boxes if passage else (),
     }
 
 

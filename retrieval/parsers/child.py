@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import json
@@ -14,6 +15,7 @@ from typing import IO, Any
 
 from retrieval.parsers import OcrOptions, ParseError, parse_document
 from retrieval.parsers.isolated import _LENGTH, MAX_TEXT_CHARS, READY, encode
+from retrieval.parsers.page_boxes import passage_boxes, render_page
 from retrieval.types import DocumentKind
 
 _PR_SET_PDEATHSIG = 1
@@ -30,6 +32,9 @@ def serve(memory_bytes: int, cpu_seconds: int, ocr_settings: dict[str, Any] | No
         data = _read_frame(stdin) or b""
         _limit_cpu(cpu_seconds)  # a spinning parse is killed even if nobody is watching
         request = json.loads(header)
+        if request.get("op") in ("boxes", "render"):
+            _write(stdout, json.dumps(_page_work(request, data)).encode())
+            continue
         try:
             document = parse_document(
                 data, DocumentKind(request["kind"]), request["filename"], ocr=ocr
@@ -40,6 +45,20 @@ def serve(memory_bytes: int, cpu_seconds: int, ocr_settings: dict[str, Any] | No
         except ParseError as exc:
             reply = {"error": exc.reason}
         _write(stdout, json.dumps(reply).encode())
+
+
+def _page_work(request: dict[str, Any], data: bytes) -> dict[str, Any]:
+    """Boxes of passages on their PDF pages, or a page rendered (retrieval.parsers.page_boxes)."""
+    try:
+        if request["op"] == "boxes":
+            passages = [(int(page), str(text)) for page, text in request["passages"]]
+            return {"boxes": passage_boxes(data, passages)}
+        png = render_page(data, int(request["page"]), int(request["width"]))
+        return {"png": base64.b64encode(png).decode()}
+    except IndexError as exc:
+        return {"error": str(exc)}
+    except Exception as exc:  # a PDF pdfium cannot read: the caller shows the text only
+        return {"error": f"the page could not be read ({type(exc).__name__})"}
 
 
 def _frames_out() -> IO[bytes]:

@@ -14,6 +14,7 @@ and no more than the OCR's own budget per document (``OcrOptions.time_for``).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -28,7 +29,7 @@ from typing import IO, Any
 
 from retrieval.parsers.errors import ParseError
 from retrieval.parsers.ocr import OcrOptions
-from retrieval.types import Block, DocumentKind, ParsedDocument, ParsedPage
+from retrieval.types import Block, Box, DocumentKind, ParsedDocument, ParsedPage
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +71,32 @@ class IsolatedParser:
 
     def parse(self, data: bytes, kind: DocumentKind, filename: str) -> ParsedDocument:
         """Parse in a child. Raises ParseError (the file's fault) or ParserUnavailable."""
+        reply = self._ask({"kind": kind.value, "filename": filename}, data)
+        return _decode(reply)
+
+    def passage_boxes(self, data: bytes, passages: list[tuple[int, str]]) -> list[list[Box]]:
+        """Where each (page, text) stands on its PDF page (page_boxes.passage_boxes), in a
+        child. Raises ParseError or ParserUnavailable."""
+        reply = self._ask({"op": "boxes", "passages": passages}, data)
+        return [[(b[0], b[1], b[2], b[3]) for b in boxes] for boxes in reply["boxes"]]
+
+    def render_page(self, data: bytes, page: int, width_px: int) -> bytes:
+        """PDF page ``page`` as a PNG (page_boxes.render_page), in a child. Raises
+        ParseError (no such page, or unreadable) or ParserUnavailable."""
+        reply = self._ask({"op": "render", "page": page, "width": width_px}, data)
+        return base64.b64decode(reply["png"])
+
+    def _ask(self, header: dict[str, Any], data: bytes) -> dict[str, Any]:
         child = self._acquire()
         try:
-            reply = self._exchange(child, data, kind, filename)
+            reply = self._exchange(child, header, data)
         finally:
             with self._available:
                 self._idle.append(child)
                 self._available.notify()
         if "error" in reply:
             raise ParseError(str(reply["error"]))
-        return _decode(reply)
+        return reply
 
     def pids(self) -> list[int]:
         """Process ids of the children running now (for diagnostics and tests)."""
@@ -103,16 +120,13 @@ class IsolatedParser:
                 raise ParserUnavailable("the parser has been shut down")
             return self._idle.pop()  # the most recently used: warm, and the others may idle
 
-    def _exchange(
-        self, child: _Child, data: bytes, kind: DocumentKind, filename: str
-    ) -> dict[str, Any]:
+    def _exchange(self, child: _Child, header: dict[str, Any], data: bytes) -> dict[str, Any]:
         process = self._ensure_started(child)
         assert process.stdin is not None and process.stdout is not None
-        header = json.dumps({"kind": kind.value, "filename": filename}).encode()
         budget = self.timeout_s
         deadline = time.monotonic() + budget
         try:
-            _write_frame(process.stdin, header)
+            _write_frame(process.stdin, json.dumps(header).encode())
             _write_frame(process.stdin, data)
             reply: dict[str, Any] = json.loads(_read_frame(process.stdout, deadline))
             if "ocr_pages" in reply and self.ocr is not None:

@@ -1,0 +1,43 @@
+"""PDF pages as they look, for the viewer: rendered in a parser child of their own (a
+hostile PDF costs that process its time budget), the last few kept in memory."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from retrieval.parsers.isolated import IsolatedParser
+from retrieval.uploads import UploadFiles
+
+WIDTH_PX = 1000  # drawn at up to 2x on a high-density screen in the viewer's column
+KEPT = 32  # rendered pages kept (about 100-300 KB each)
+RENDER_TIMEOUT_S = 30.0
+
+
+class PageImages:
+    def __init__(self, files: UploadFiles, *, memory_bytes: int):
+        self.files = files
+        # Its own child: a render never waits behind an upload's two-minute parse.
+        self.renderer = IsolatedParser(
+            timeout_s=RENDER_TIMEOUT_S, memory_bytes=memory_bytes, processes=1
+        )
+        self._kept: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def png(self, stored_name: str, page: int) -> bytes:
+        """Page ``page`` of the stored PDF as a PNG. Raises FileNotFoundError, ParseError
+        (no such page, unreadable) or ParserUnavailable."""
+        key = (stored_name, page)
+        with self._lock:
+            if (kept := self._kept.get(key)) is not None:
+                self._kept.move_to_end(key)
+                return kept
+        png = self.renderer.render_page(self.files.read(stored_name), page, WIDTH_PX)
+        with self._lock:
+            self._kept[key] = png
+            while len(self._kept) > KEPT:
+                self._kept.popitem(last=False)
+        return png
+
+    def close(self) -> None:
+        self.renderer.close()
