@@ -210,9 +210,9 @@ def compare(
             headers = ragdesk_server.headers
             targets = [
                 Target("llama-server", peer.url, {}, first_model(peer.url, {})),
-                Target(
-                    "Ragdesk", ragdesk_server.url, headers, first_model(ragdesk_server.url, headers)
-                ),
+                # "default": the model the server was started with (--model); the first
+                # listed is whichever bundled model sorts first, not necessarily that one
+                Target("Ragdesk", ragdesk_server.url, headers, "default"),
             ]
             for target in targets:  # warm-up: first-use allocations, thread pools
                 target.round(1)
