@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from retrieval.index import FaissIndex
+from retrieval.ingest import IngestWorker
 from retrieval.parsers import parse_document
 from retrieval.types import DocumentKind, DocumentStatus, ParsedDocument
 from tests.conftest import wait_for
 from tests.documents import encrypt_pdf, make_pdf
-from tests.retrieval_kit import make_kit
+from tests.retrieval_kit import Kit, make_kit
 
 TEXT = (
     b"# Leave\n\nStaff receive 28 days of paid leave.\n\n# Travel\n\nMeals abroad: 45 euros a day."
@@ -364,15 +366,22 @@ def big_text(paragraphs: int) -> bytes:
     ).encode()
 
 
-def test_n2_a_large_document_does_not_hold_up_another_collections_upload(tmp_path: Path) -> None:
-    from retrieval.ingest import EMBED_SLICE
-
+def big_document_held(tmp_path: Path) -> tuple[Kit, FaissIndex, IngestWorker, HeldSlices, int]:
+    """A worker (not started) whose embedding calls the test lets through one by one, and
+    a large document waiting for it."""
     kit = make_kit(tmp_path)
     index, _ = kit.open_index()
     worker = kit.worker(index)
     held = HeldSlices(kit.embedder.embed_batch)
     kit.embedder.embed_batch = held  # type: ignore[method-assign]
     big, _ = kit.library.submit(data=big_text(8000), filename="big.txt", collection_id=1)
+    return kit, index, worker, held, big.id
+
+
+def test_n2_a_large_document_does_not_hold_up_another_collections_upload(tmp_path: Path) -> None:
+    from retrieval.ingest import EMBED_SLICE
+
+    kit, _, worker, held, big = big_document_held(tmp_path)
     theirs = kit.store.ensure_collection("another team")
     kit.library.attach_worker(worker)
     try:
@@ -387,7 +396,7 @@ def test_n2_a_large_document_does_not_hold_up_another_collections_upload(tmp_pat
         held.let_one_through()  # the small upload completes first, in a call of its own
         wait_for(lambda: kit.store.get_document(small.id).status.is_terminal)  # type: ignore[union-attr]
         assert kit.store.get_document(small.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
-        assert kit.store.get_document(big.id).status is DocumentStatus.EMBEDDING  # type: ignore[union-attr]
+        assert kit.store.get_document(big).status is DocumentStatus.EMBEDDING  # type: ignore[union-attr]
         wait_for(lambda: len(held.calls) == 3)
         assert len(held.calls[2]) == EMBED_SLICE - 1  # the big document had the rest of it
     finally:
@@ -396,16 +405,11 @@ def test_n2_a_large_document_does_not_hold_up_another_collections_upload(tmp_pat
 
 
 def test_n2_deleting_a_document_stops_its_embedding_within_a_slice(tmp_path: Path) -> None:
-    kit = make_kit(tmp_path)
-    index, _ = kit.open_index()
-    worker = kit.worker(index)
-    held = HeldSlices(kit.embedder.embed_batch)
-    kit.embedder.embed_batch = held  # type: ignore[method-assign]
-    big, _ = kit.library.submit(data=big_text(8000), filename="big.txt", collection_id=1)
+    kit, index, worker, held, big = big_document_held(tmp_path)
     kit.library.attach_worker(worker)
     try:
         wait_for(held.waiting.is_set)
-        kit.library.delete(big.id)
+        kit.library.delete(big)
         held.let_one_through()  # the slice under way ends; the next round drops the document
         wait_for(lambda: worker.pending == 0)
         later, _ = kit.library.submit(data=b"A later note.", filename="later.txt", collection_id=1)
@@ -417,7 +421,7 @@ def test_n2_deleting_a_document_stops_its_embedding_within_a_slice(tmp_path: Pat
         assert worker.stop()
     assert len(held.calls) == 2  # the big document's one slice, then the later note
     assert held.calls[1] == [text for text in held.calls[1] if "later note" in text.lower()]
-    assert kit.store.get_document(big.id) is None
+    assert kit.store.get_document(big) is None
     assert sorted(index.ids().tolist()) == sorted(
         kit.store.embedded_chunk_ids(kit.embedder.model_id).tolist()
     )
