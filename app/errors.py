@@ -59,6 +59,14 @@ class InsufficientStorage(AppError):
         )
 
 
+class Busy(AppError):
+    status = 503
+    title = "Busy"
+
+    def __init__(self, detail: str, retry_after_s: int = 1):
+        super().__init__(detail, headers={"Retry-After": str(retry_after_s)})
+
+
 class NotReady(AppError):
     status = 503
     title = "Starting up"

@@ -18,6 +18,7 @@ import math
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -141,13 +142,22 @@ class IngestWorker:
         self._last_checkpoint = time.monotonic()
         self._checkpoint_failing = False
         self._embedding = 0  # documents the worker thread is embedding
+        self._held: deque[_Parsed] = deque()  # parsed, waiting to join the slices
+        self._taken: set[int] = set()  # taken to embed and not finished yet
         self._retry: dict[int, float] = {}  # document id -> when to queue it again (disk full)
         self._retry_lock = threading.Lock()
+        self._disk_told = False
         self._thread = threading.Thread(target=self._run, name="ragdesk-ingest", daemon=True)
 
     @property
     def pending(self) -> int:
-        return len(self._slots.waiting) + self._slots.results.qsize() + self._embedding
+        return (
+            len(self._slots.waiting)
+            + self._slots.results.qsize()
+            + len(self._held)
+            + self._embedding
+            + len(self._retry)
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -217,27 +227,26 @@ class IngestWorker:
     def _run(self) -> None:
         active: list[_Prepared] = []  # stored, partly embedded: they share the slices
         while not self._stopping.is_set():
-            self._requeue_due()
-            arrived = self._take_parsed(self.config.max_batch_documents - len(active))
-            if arrived is None:  # idle
-                if self.index.damaged:
-                    self._dirty.set()  # the checkpoint rebuilds it from SQLite
-                self.checkpoint()  # quiet period: persist what was added
-                if self._prune_due.is_set():
-                    self.prune_cache()
-                continue
-            active += self._start(arrived)
             try:
+                self._requeue_due()
+                arrived = self._take_parsed({item.owner for item in active}, len(active))
+                if arrived is None:  # idle
+                    if self.index.damaged:
+                        self._dirty.set()  # the checkpoint rebuilds it from SQLite
+                    self.checkpoint()  # quiet period: persist what was added
+                    if self._prune_due.is_set():
+                        self.prune_cache()
+                    continue
+                active += self._start(arrived)
                 active = self._embed_round(active)
             except IngestStopped:
                 ids = [item.document_id for item in active]
                 log.info("stopped while embedding documents %s; they resume on the next start", ids)
                 break
             except Exception:  # keep the worker alive whatever a round does
-                ids = [item.document_id for item in active]
-                log.exception("ingestion of documents %s failed unexpectedly", ids)
-                for item in active:  # they stay unfinished in SQLite: the next start resumes them
-                    self._slots.finished(item.document_id)
+                log.exception("ingestion of documents %s failed unexpectedly", sorted(self._taken))
+                for document_id in list(self._taken):  # unfinished in SQLite: resumed on start
+                    self._finish(document_id)
                 active = []
             finally:
                 self._embedding = len(active)
@@ -296,12 +305,15 @@ class IngestWorker:
                 usage.spare_bytes / 2**20,
             )
 
-    def _take_parsed(self, room: int) -> list[_Parsed] | None:
-        """What the parse slots have handed over, up to ``room`` documents. With nothing
-        in progress (``room`` is a whole batch) it waits for the first, and None means the
-        worker was idle that long (or is stopping)."""
-        arrived: list[_Parsed] = []
-        if room >= self.config.max_batch_documents:
+    def _take_parsed(self, owners: set[int], embedding: int) -> list[_Parsed] | None:
+        """Parsed documents to join the slices: while fewer than a batch are embedding, the
+        next ones handed over; past that, only those of a collection with nothing in
+        progress (the others wait, a batch at most, in arrival order): however many large
+        files one collection sends, another's upload joins the next slice. With nothing in
+        progress it waits for the first; None means the worker was idle that long (or is
+        stopping)."""
+        batch = self.config.max_batch_documents
+        if not embedding and not self._held:
             # Idle, it still wakes now and then (a damaged index to rebuild, a prune).
             idle = self.config.checkpoint_seconds or self.config.max_checkpoint_interval
             with self._retry_lock:  # and when a document a full disk sent back is due
@@ -312,14 +324,21 @@ class IngestWorker:
                 return None
             if first is None:  # stop() woke us
                 return None
-            arrived.append(first)
-        while len(arrived) < room:
+            self._held.append(first)
+        while len(self._held) < batch:
             try:
                 item = self._slots.results.get_nowait()
             except queue.Empty:
                 break
             if item is not None:
+                self._held.append(item)
+        arrived: list[_Parsed] = []
+        for item in list(self._held):
+            if embedding + len(arrived) < batch or item.owner not in owners:
+                self._held.remove(item)
                 arrived.append(item)
+                owners.add(item.owner)
+        self._taken.update(item.document_id for item in arrived)
         return arrived
 
     def ingest(self, document_id: int) -> None:
@@ -333,13 +352,21 @@ class IngestWorker:
         while active:
             active = self._embed_round(active)
 
+    def _finish(self, document_id: int) -> None:
+        """The document is indexed, failed, dropped or left for the next start: its parse
+        slot bookkeeping ends, once, whatever path gets here (a second call could end a
+        newer turn of the same document, queued again meanwhile)."""
+        if document_id in self._taken:
+            self._taken.discard(document_id)
+            self._slots.finished(document_id)
+
     def _start(self, parsed: list[_Parsed]) -> list[_Prepared]:
         """Store each parsed document's passages; the ones with texts left to embed."""
         started: list[_Prepared] = []
         for item in parsed:
             prepared = self._prepare_safely(item)
             if prepared is None:
-                self._slots.finished(item.document_id)
+                self._finish(item.document_id)
             else:
                 started.append(prepared)
         return started
@@ -356,26 +383,27 @@ class IngestWorker:
         for item in active:
             if item.document_id not in live:
                 log.info("document %s was deleted during ingestion", item.document_id)
-                self._slots.finished(item.document_id)
+                self._finish(item.document_id)
         active = [item for item in active if item.document_id in live]
         counts = share_slice([(item.owner, item.embedding.left) for item in active], EMBED_SLICE)
         portions = [
-            (item, item.embedding.next_texts(n))
-            for item, n in zip(active, counts, strict=True)
-            if n
+            (item, item.embedding.next_texts(n)) for item, n in zip(active, counts, strict=True)
         ]
+        # A document with no passage left to embed (none at all, too) is indexed now.
         finishing = [(item, part) for item, part in portions if len(part) == item.embedding.left]
-        continuing = [(item, part) for item, part in portions if len(part) < item.embedding.left]
+        continuing = [
+            (item, part) for item, part in portions if 0 < len(part) < item.embedding.left
+        ]
         failed = self._embed_portions(finishing)
         for item, _ in finishing:
             if item.document_id not in failed:
                 self._report(item.document_id, "embedded")
                 self._index_safely(item, item.embedding.vectors())
-            self._slots.finished(item.document_id)
+            self._finish(item.document_id)
         failed |= self._embed_portions(continuing)
         for item, _ in continuing:
             if item.document_id in failed:
-                self._slots.finished(item.document_id)
+                self._finish(item.document_id)
         return [item for item in active if item.embedding.left and item.document_id not in failed]
 
     def _embed_portions(self, portions: list[tuple[_Prepared, list[str]]]) -> set[int]:
@@ -550,6 +578,7 @@ class IngestWorker:
         if self.store.get_document(item.document_id) is None:  # deleted while we were adding
             self.index.remove(ids)
         self.mark_dirty()
+        self._disk_told = False  # a write went through: a full disk is news again
         self._report(item.document_id, "indexed", f"{len(item.chunk_ids)} chunks")
         log.info(
             "indexed document %s: %d pages, %d chunks in %.2fs",
@@ -563,7 +592,8 @@ class IngestWorker:
         """A full disk stopped this document: no fault of its own, so it goes back to the
         queue (``queued``) and is taken again in DISK_RETRY_S; told once per spell."""
         with self._retry_lock:
-            if not self._retry:
+            if not self._disk_told:  # once until a document is indexed again
+                self._disk_told = True
                 log.error(
                     "the disk is full: documents go back to the queue and are retried every "
                     "%.0f s until it has room",

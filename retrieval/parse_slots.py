@@ -28,14 +28,19 @@ T = TypeVar("T")
 
 
 class FairQueue:
-    """Document ids by owner, taken in turn; an owner holds at most ``share`` at a time.
+    """Document ids by owner, taken in turn; an owner parses at most ``share`` at a time
+    and has at most ``most_in_flight`` taken and not yet finished (parsed, waiting to be
+    embedded or embedding): one collection's backlog never fills the hand-over to the
+    embedding stage, so another's upload is parsed and handed over meanwhile.
 
     An id stays known from ``put`` until ``finished``: putting it again meanwhile (a
     retry of a document still in flight) queues it once more only after it finishes.
     """
 
-    def __init__(self, share: int):
+    def __init__(self, share: int, most_in_flight: int | None = None):
         self.share = max(1, share)
+        self.most_in_flight = max(1, most_in_flight) if most_in_flight else None
+        self._in_flight: Counter[int] = Counter()
         self._waiting: OrderedDict[int, deque[int]] = OrderedDict()  # in turn order
         self._running: Counter[int] = Counter()
         self._owners: dict[int, int] = {}  # id -> owner, waiting or in flight
@@ -67,13 +72,16 @@ class FairQueue:
         with self._ready:
             while not self._closed:
                 for owner, ids in self._waiting.items():
-                    if self._running[owner] < self.share:
+                    if self._running[owner] < self.share and (
+                        self.most_in_flight is None or self._in_flight[owner] < self.most_in_flight
+                    ):
                         item = ids.popleft()
                         if ids:
                             self._waiting.move_to_end(owner)  # the others' turn first
                         else:
                             del self._waiting[owner]
                         self._running[owner] += 1
+                        self._in_flight[owner] += 1
                         self._queued.discard(item)
                         return item
                 remaining = deadline - time.monotonic()
@@ -93,7 +101,12 @@ class FairQueue:
     def finished(self, item: int) -> None:
         """The id is indexed, failed or dropped; queued again if it was put meanwhile."""
         with self._ready:
+            if item in self._queued:  # not taken: nothing to finish
+                return
             owner = self._owners.pop(item, None)
+            if owner is not None and self._in_flight[owner] > 0:
+                self._in_flight[owner] -= 1
+                self._ready.notify_all()  # the owner may take another
             if item in self._again and owner is not None:
                 self._again.discard(item)
                 self._queue(item, owner)
@@ -123,7 +136,8 @@ class ParseSlots(Generic[T]):
     ):
         self.parse_one = parse_one
         self.owner_of = owner_of
-        self.waiting = FairQueue(share=slots - 1)
+        # An owner has at most half the hand-over's room in flight: the rest is the others'.
+        self.waiting = FairQueue(share=slots - 1, most_in_flight=max(1, backlog // 2))
         self.results: queue.Queue[T | None] = queue.Queue(maxsize=max(1, backlog))
         self._stopping = threading.Event()
         self._threads = [

@@ -166,7 +166,7 @@ def test_refusals_come_before_any_inference(model: LocalModel) -> None:
     assert overflow.value.prompt_tokens > 2048 and "2048" in overflow.value.detail
     small = load(parallel=1, max_waiting=1)
     try:
-        running = small.submit(CompletionRequest("Count: 1, 2,", SamplingParams(200, 0)))
+        running = small.submit(CompletionRequest("Count: 1, 2,", SamplingParams(1500, 0)))
         next(iter(running))
         queued = small.submit(CompletionRequest("Hello", SamplingParams(4, 0)))
         with pytest.raises(Overloaded) as full:
@@ -177,7 +177,7 @@ def test_refusals_come_before_any_inference(model: LocalModel) -> None:
         left = next(e for e in queued if isinstance(e, Finished))
         assert left.reason == "cancelled" and left.usage.completion_tokens == 0
         stopped = next(e for e in running if isinstance(e, Finished))
-        assert stopped.reason == "cancelled" and stopped.usage.completion_tokens < 200
+        assert stopped.reason == "cancelled" and stopped.usage.completion_tokens < 1500
         _, after = run(small, CompletionRequest("Hi", SamplingParams(2, 0)))
         assert after.reason == "length"
         expired = CompletionRequest("Hi", SamplingParams(2, 0), deadline=time.monotonic() - 1)

@@ -105,6 +105,8 @@ def test_n_a_staff_key_cannot_make_the_server_load_a_model_nobody_offered(
     listed = [m["id"] for m in client.get("/v1/models", headers=staff).json()["data"]]
     assert "other-bundled" not in listed and "default" in listed
     assert client.get("/v1/models/other-bundled", headers=staff).status_code == 404
+    restricted = {"Authorization": f"Bearer {add_key(client, read_only=True)}"}  # an admin's
+    assert client.post("/v1/completions", json=body, headers=restricted).status_code == 404
 
     admin = {"Authorization": f"Bearer {add_key(client)}"}
     assert client.post("/v1/completions", json=body, headers=admin).status_code == 200

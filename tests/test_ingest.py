@@ -411,7 +411,7 @@ def test_n2_deleting_a_document_stops_its_embedding_within_a_slice(tmp_path: Pat
         wait_for(held.waiting.is_set)
         kit.library.delete(big)
         held.let_one_through()  # the slice under way ends; the next round drops the document
-        wait_for(lambda: worker.pending == 0)
+        wait_for(lambda: big not in worker._taken)  # finished: dropped, not embedded
         later, _ = kit.library.submit(data=b"A later note.", filename="later.txt", collection_id=1)
         wait_for(held.waiting.is_set)
         held.let_one_through()
@@ -441,3 +441,44 @@ def test_n2_a_document_over_the_passage_cap_fails_with_the_reason(tmp_path: Path
     assert failed.error is not None and "more than 50 passages" in failed.error
     assert kit.store.get_document(fits.id).status is DocumentStatus.INDEXED  # type: ignore[union-attr]
     assert sum(calls) < 50  # nothing of the huge document was embedded
+
+
+def test_n2_a_collection_sending_many_large_files_does_not_hold_up_another(
+    tmp_path: Path,
+) -> None:
+    """Past a batch of documents in progress, only a collection with none joins the
+    slices: another collection's upload does not wait behind one collection's backlog."""
+    kit = make_kit(tmp_path)
+    index, _ = kit.open_index()
+    worker = kit.worker(index, max_batch_documents=2)
+    held = HeldSlices(kit.embedder.embed_batch)
+    kit.embedder.embed_batch = held  # type: ignore[method-assign]
+    bigs = [
+        kit.library.submit(
+            data=big_text(3000) + b" %d" % n, filename=f"big{n}.txt", collection_id=1
+        )[0].id
+        for n in range(5)
+    ]
+    theirs = kit.store.ensure_collection("another team")
+    kit.library.attach_worker(worker)
+
+    def status(document_id: int) -> DocumentStatus:
+        return kit.store.get_document(document_id).status  # type: ignore[union-attr]
+
+    try:
+        wait_for(held.waiting.is_set)  # the first large file embeds; four more wait
+        small, _ = kit.library.submit(
+            data=b"Parking costs 4 euros.", filename="small.txt", collection_id=theirs
+        )
+        wait_for(lambda: worker._slots.results.qsize() >= 1)  # parsed and handed over
+        for _ in range(3):  # a few slices, not the backlog's many
+            held.let_one_through()
+            wait_for(lambda: held.waiting.is_set() or status(small.id).is_terminal)
+            if status(small.id).is_terminal:
+                break
+        wait_for(lambda: status(small.id).is_terminal)
+        assert status(small.id) is DocumentStatus.INDEXED
+        assert sum(not status(b).is_terminal for b in bigs) >= 4  # the backlog still waits
+    finally:
+        held.allowed.release(10_000)
+        assert worker.stop()

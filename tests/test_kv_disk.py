@@ -535,6 +535,7 @@ def test_n_the_kv_cache_evicts_its_oldest_states_to_keep_the_free_space_floor(
         cache.save("huge", SavedState([9], bytes(25_000)))  # never fits above the floor
         cache.flush()
         assert cache.stats().skipped_low_disk == 1 and cache.load("huge") is None
+        assert len(kv_files(directory)) == 2  # no room even empty: nothing was evicted for it
     finally:
         cache.close()
 

@@ -99,3 +99,39 @@ def test_other_kinds_have_no_page_image(client: TestClient[Any]) -> None:
     wait_indexed(client, document_id)
     assert client.get(f"/documents/{document_id}/pages/1/image").status_code == 404
     assert "page-image" not in client.get(f"/documents/{document_id}/pages/1").text
+
+
+def test_page_images_beyond_two_at_once_are_told_to_come_back(tmp_path: Any) -> None:
+    """One renderer child: a third request at once is a 503 with Retry-After, never a
+    queue of threads each holding a PDF."""
+    import threading
+
+    from app.documents.page_images import PageImages, RendererBusy
+    from retrieval.uploads import UploadFiles
+
+    files = UploadFiles(tmp_path)
+    stored = files.save(make_pdf(PAGES))
+    images = PageImages(files, memory_bytes=1 << 30)
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def slow_render(data: bytes, page: int, width: int) -> bytes:
+        started.release()
+        release.wait(30)
+        return b"\\x89PNG page"
+
+    images.renderer.render_page = slow_render  # type: ignore[method-assign]
+    threads = [threading.Thread(target=images.png, args=(stored, n)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for _ in threads:
+        assert started.acquire(timeout=30)
+    try:
+        with pytest.raises(RendererBusy):
+            images.png(stored, 3)
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(30)
+    assert images.png(stored, 1) == b"\\x89PNG page"  # kept: no render, no wait
+    images.close()

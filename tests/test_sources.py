@@ -187,9 +187,11 @@ def test_n_hard_links_in_a_synced_directory_are_refused(
     write(outside, {"secret.md": "# Secret\n\nThe wombat password is hunter2."})
     write(root, {"inside.md": "# Inside\n\nThe capybara desk is by the window."})
     os.link(outside / "secret.md", root / "leak.md")
+    (root / "via.md").symlink_to(root / "leak.md")  # a symlink inside to the hard link
     source = create(api, name="links", kind="directory", path=str(root))
     run = sync(api, source["id"])
-    assert {p["path"]: p["reason"] for p in run["problems"]} == {"leak.md": HARD_LINK}
+    problems = {p["path"]: p["reason"] for p in run["problems"]}
+    assert problems == {"leak.md": HARD_LINK, "via.md": HARD_LINK}
     assert found(api, "wombat password") == set()
     assert found(api, "capybara desk") == {"Inside"}
 

@@ -50,6 +50,12 @@ class Principal:
         return self.key_id is not None and (self.read_only or self.key_collections is not None)
 
     @property
+    def may_load_any_model(self) -> bool:
+        """An admin's session or full key may name a model chat does not offer (loading
+        one costs gigabytes); a restricted key may not, as it may not administer."""
+        return self.is_admin and not self.restricted
+
+    @property
     def may_monitor(self) -> bool:
         """Metrics and health detail: an admin's session or key; a read-only key is enough
         (Prometheus needs nothing more), a collection-limited one is not."""

@@ -102,6 +102,7 @@ def run_ingest(
             settings.index_dir,
             settings.ingest.config(),  # its timer is unused: bulk checkpoints per batch
             parse=parser.parse,
+            locate=parser.passage_boxes,
         )
         bulk = BulkIngest(
             library,

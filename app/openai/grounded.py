@@ -217,7 +217,8 @@ async def grounded_completion(
         max_tokens=answer_tokens,
         response_format=data.response_format,
         prefix="chatcmpl",
-        is_admin=(principal := current_principal(request)) is not None and principal.is_admin,
+        is_admin=(principal := current_principal(request)) is not None
+        and principal.may_load_any_model,
     )
     assert grounding.grounding is not None  # start() built the prompt
     await asyncio.to_thread(request_audit(services.auth), started.id, grounding.grounding.listed())

@@ -110,6 +110,7 @@ def _ingest(
             settings.index_dir,
             settings.ingest.config(),
             parse=parser.parse,
+            locate=parser.passage_boxes,
         )
         for start in range(0, len(pending), BATCH):
             worker.ingest_many(pending[start : start + BATCH])

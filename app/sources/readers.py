@@ -108,8 +108,8 @@ class DirectoryReader:
             opened = Path(f"/proc/self/fd/{fd}")
             if opened.exists() and not within(opened.resolve(), self.root):
                 raise OSError(OUT_OF_ROOT)
-            if os.fstat(fd).st_nlink > 1 and not (self.root / entry.path).is_symlink():
-                raise OSError(HARD_LINK)  # linked after it was listed
+            if os.fstat(fd).st_nlink > 1:  # what was opened, through a symlink or not
+                raise OSError(HARD_LINK)
             data = file.read(max_bytes + 1)
         if len(data) > max_bytes:
             raise TooLarge(f"larger than the upload limit ({max_bytes} bytes)")
@@ -125,7 +125,7 @@ class DirectoryReader:
             return Entry(path, error=f"cannot read: {exc.strerror or exc}")
         if not stat.S_ISREG(info.st_mode):
             return Entry(path, refused="not a regular file")
-        if info.st_nlink > 1 and not full.is_symlink():
+        if info.st_nlink > 1:  # a symlink to one included: stat() follows it
             return Entry(path, refused=HARD_LINK)
         version = f"{info.st_mtime_ns}:{info.st_ino}"
         return Entry(path, size=info.st_size, version=version)

@@ -94,7 +94,7 @@ class CompletionsApi(Controller):
         timeout = data.timeout_s or services.settings.generation.request_timeout_s
         chat_models = ChatModels(services.db, services.settings)
         principal = current_principal(request)
-        is_admin = principal is not None and principal.is_admin
+        is_admin = principal is not None and principal.may_load_any_model
 
         def submit() -> Completion:
             chat_models.refuse_unoffered(data.model, aliases=models.aliases, is_admin=is_admin)

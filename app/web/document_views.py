@@ -8,7 +8,8 @@ from urllib.parse import quote
 
 from litestar.response import Response, Template
 
-from app.errors import NotFound
+from app.documents.page_images import RendererBusy
+from app.errors import Busy, NotFound
 from app.state import Services
 from retrieval.parsers import ParseError
 from retrieval.parsers.isolated import ParserUnavailable
@@ -47,6 +48,8 @@ async def pdf_page_image(services: Services, document_id: int, page: int) -> Res
         raise NotFound("the original file is missing from disk") from None
     except (ParseError, ParserUnavailable):
         raise NotFound("this page cannot be drawn; its text is shown instead") from None
+    except RendererBusy:
+        raise Busy("pages are being drawn for others; try again in a moment") from None
     headers = {"Cache-Control": "private, max-age=3600"}
     return Response(png, media_type="image/png", headers=headers)
 

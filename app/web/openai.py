@@ -79,9 +79,9 @@ async def _respond(
 
 
 # --- routes -------------------------------------------------------------------------------------
-def _is_admin(request: Request[Any, Any, Any]) -> bool:
+def _may_load_any_model(request: Request[Any, Any, Any]) -> bool:
     principal = current_principal(request)
-    return principal is not None and principal.is_admin
+    return principal is not None and principal.may_load_any_model
 
 
 def _models(services: Services, request: Request[Any, Any, Any]) -> list[ModelOut]:
@@ -89,7 +89,7 @@ def _models(services: Services, request: Request[Any, Any, Any]) -> list[ModelOu
     offered (app.chat.local_models.ChatModels.open_to_everyone)."""
     models = services.require_models()
     names = [*models.names, *sorted(set(models.aliases) - set(models.names))]
-    if not _is_admin(request):
+    if not _may_load_any_model(request):
         allowed = ChatModels(services.db, services.settings).open_to_everyone(models.aliases)
         names = [name for name in names if name in allowed]
     if services.retrieval is not None:
@@ -129,7 +129,7 @@ async def chat_completions(
         max_tokens=data.max_completion_tokens or data.max_tokens,
         response_format=data.response_format,
         prefix="chatcmpl",
-        is_admin=_is_admin(request),
+        is_admin=_may_load_any_model(request),
     )
     return await _respond(data, started, request, _chat_chunks, _chat_completion)
 
@@ -178,7 +178,7 @@ async def completions(
         lambda _: prompt,
         max_tokens=data.max_tokens or 16,
         prefix="cmpl",
-        is_admin=_is_admin(request),
+        is_admin=_may_load_any_model(request),
     )
     return await _respond(data, started, request, _text_chunks, _text_completion)
 

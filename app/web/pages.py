@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -316,6 +317,11 @@ class Partials(Controller):
         return Template("_status.html", context={"status": status_context(services)})
 
 
+# The streamed answer is redrawn whole at each token while short, then at most this often.
+LONG_ANSWER_CHARS = 2000
+RERENDER_S = 0.1
+
+
 async def html_events(
     chat: ChatService, question: Message, request: Request[Any, Any, Any]
 ) -> AsyncIterator[ServerSentEventMessage]:
@@ -325,7 +331,7 @@ async def html_events(
     linked)."""
     templates = request.app.template_engine
     assert templates is not None
-    written = ""
+    written, drawn_at = "", 0.0
     try:
         audit = answer_audit(request.app.state.services.auth)
         async for event in chat.answer(question, on_stored=audit):
@@ -340,6 +346,12 @@ async def html_events(
                 yield ServerSentEventMessage(data=html, event="checking")
             elif isinstance(event, TokenEvent):
                 written += event.text
+                # Rendering all of it costs ~1 ms a KB, on the event loop: a long answer is
+                # redrawn at most every RERENDER_S (the finished one replaces it anyway).
+                now = time.monotonic()
+                if len(written) > LONG_ANSWER_CHARS and now - drawn_at < RERENDER_S:
+                    continue
+                drawn_at = now
                 html = templates.get_template("_token.html").render(written=written)
                 yield ServerSentEventMessage(data=html, event="token")
             elif isinstance(event, DoneEvent):

@@ -231,8 +231,14 @@ class KvDiskCache:
         evicting this cache's oldest states if that is what it takes."""
         if not self.min_free_bytes:
             return True
-        give_back_space(self.directory, self.min_free_bytes + size)
-        return _free_bytes(self.directory) >= self.min_free_bytes + size
+        needed = self.min_free_bytes + size
+        free = _free_bytes(self.directory)
+        if free >= needed:
+            return True
+        if free + _bytes_held(self.directory) < needed:  # not even with the cache empty
+            return False
+        give_back_space(self.directory, needed)
+        return _free_bytes(self.directory) >= needed
 
     def _evict(self) -> None:
         files = []
@@ -272,6 +278,16 @@ def give_back_space(directory: Path, min_free_bytes: int) -> int:
         if _free_bytes(directory) >= min_free_bytes:
             break
     return freed
+
+
+def _bytes_held(directory: Path) -> int:
+    total = 0
+    for path in directory.glob("**/*.kv"):
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:  # evicted meanwhile
+            continue
+    return total
 
 
 def _free_bytes(directory: Path) -> int:
