@@ -101,11 +101,12 @@ class CitationOut(msgspec.Struct):
     url: str
     # the passage on its PDF page: [x0, y0, x1, y1] fractions of the page's width and
     # height from its top-left corner (RAGFlow's "positions"); empty for other kinds
-    boxes: list[tuple[float, float, float, float]] = msgspec.field(default_factory=list)
+    boxes: list[list[float]] = msgspec.field(default_factory=list)
 
     @classmethod
     def of(cls, citation: Citation) -> CitationOut:
-        return cls(url=citation.url, **citation.__dict__)
+        fields = {**citation.__dict__, "boxes": [list(box) for box in citation.boxes]}
+        return cls(url=citation.url, **fields)
 
 
 class UnsupportedOut(msgspec.Struct):

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 from litestar.testing import TestClient
 
 from app.chat.answering import NO_ANSWER, POINTED, Grounding, citation_of
+from app.schemas import CitationOut
 from llm.backend import FakeBackend
 from retrieval.types import Hit
 from tests.conftest import fake_model, sse_events, upload, wait_indexed
@@ -28,7 +30,7 @@ def test_the_web_chat_the_api_and_grounded_v1_cite_alike(client: TestClient[Any]
     model.enqueue(ANSWER)
     conversation = ask_in_the_ui(client, QUESTION)
     stored = client.app.state.services.conversations.messages(conversation)[-1]
-    web = [{**c.__dict__, "url": c.url} for c in stored.citations]
+    web = [{**msgspec.to_builtins(CitationOut.of(c))} for c in stored.citations]
     web_prompt = model.history[-1].prompt
 
     model.enqueue(ANSWER)
