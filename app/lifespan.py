@@ -52,6 +52,7 @@ def open_services(settings: Settings) -> Services:
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
     db = open_database(settings.db_path)
     store = DocumentStore(db)
+    files = UploadFiles(settings.uploads_dir)
     disk = DiskWatch(settings.server.data_dir)
     kv_floor = settings.generation.kv_disk_min_free_bytes
     disk.reclaimers.append(lambda: give_back_space(settings.kv_dir, kv_floor))
@@ -59,7 +60,7 @@ def open_services(settings: Settings) -> Services:
         settings=settings,
         db=db,
         store=store,
-        library=Library(store, UploadFiles(settings.uploads_dir)),
+        library=Library(store, files),
         conversations=Conversations(db),
         collection_id=store.ensure_collection(),
         parser=IsolatedParser(
@@ -68,9 +69,7 @@ def open_services(settings: Settings) -> Services:
             processes=settings.ingest.parse_processes,
             ocr=settings.ingest.ocr_options(),
         ),
-        page_images=PageImages(
-            UploadFiles(settings.uploads_dir), memory_bytes=settings.ingest.parse_memory_bytes
-        ),
+        page_images=PageImages(files, memory_bytes=settings.ingest.parse_memory_bytes),
         metrics=Metrics(
             lambda: services.loaded_models(),
             lambda: services.retrieval.worker if services.retrieval is not None else None,

@@ -15,7 +15,15 @@ from retrieval.display import shown
 from retrieval.embedder import Vectors
 from retrieval.index import IdArray
 from retrieval.records import CollectionRecord, DocumentRecord
-from retrieval.types import Box, ChunkSpan, DocumentKind, DocumentStatus, Hit, ParsedDocument
+from retrieval.types import (
+    Box,
+    ChunkSpan,
+    DocumentKind,
+    DocumentStatus,
+    Hit,
+    ParsedDocument,
+    as_boxes,
+)
 
 DEFAULT_COLLECTION = "default"
 
@@ -378,6 +386,6 @@ def parse_boxes(raw: str | None) -> tuple[Box, ...]:
     if not raw:
         return ()
     try:
-        return tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in json.loads(raw))
+        return as_boxes(json.loads(raw))
     except (ValueError, TypeError, IndexError, KeyError):
         return ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -60,6 +61,11 @@ class ParsedDocument:
 # Where a passage stands on its PDF page: x0, y0, x1, y1 as fractions of the page's width
 # and height from its top-left corner (retrieval/parsers/page_boxes.py).
 Box = tuple[float, float, float, float]
+
+
+def as_boxes(items: Iterable[Sequence[float]]) -> tuple[Box, ...]:
+    """Boxes from what JSON gives back (lists of four numbers)."""
+    return tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in items)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llm.support import Unsupported
-from retrieval.types import Box
+from retrieval.types import Box, as_boxes
 
 Role = Literal["user", "assistant"]
 
@@ -28,8 +28,7 @@ class Citation:
     boxes: tuple[Box, ...] = ()
 
     def __post_init__(self) -> None:  # read back from JSON: lists, made tuples again
-        boxes = tuple((float(b[0]), float(b[1]), float(b[2]), float(b[3])) for b in self.boxes)
-        object.__setattr__(self, "boxes", boxes)
+        object.__setattr__(self, "boxes", as_boxes(self.boxes))
 
     @property
     def url(self) -> str:

@@ -235,21 +235,16 @@ class KvDiskCache:
         free = _free_bytes(self.directory)
         if free >= needed:
             return True
-        if free + _bytes_held(self.directory) < needed:  # not even with the cache empty
+        held = sum(size for _, size, _ in _saved_files(self.directory, "*.kv"))
+        if free + held < needed:  # not even with the cache empty
             return False
         give_back_space(self.directory, needed)
         return _free_bytes(self.directory) >= needed
 
     def _evict(self) -> None:
-        files = []
-        for path in self.directory.glob("*.kv"):
-            try:
-                stat = path.stat()
-            except FileNotFoundError:
-                continue
-            files.append((stat.st_mtime, stat.st_size, path))
+        files = _saved_files(self.directory, "*.kv")
         total = sum(size for _, size, _ in files)
-        for _, size, path in sorted(files):
+        for _, size, path in files:
             if total <= self.budget_bytes:
                 break
             path.unlink(missing_ok=True)
@@ -264,15 +259,8 @@ def give_back_space(directory: Path, min_free_bytes: int) -> int:
     removed here is a cache miss later, never an error: loads find the file gone."""
     if _free_bytes(directory) >= min_free_bytes:
         return 0
-    files = []
-    for path in directory.glob("**/*.kv"):
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            continue
-        files.append((stat.st_mtime, stat.st_size, path))
     freed = 0
-    for _, size, path in sorted(files):
+    for _, size, path in _saved_files(directory, "**/*.kv"):
         path.unlink(missing_ok=True)
         freed += size
         if _free_bytes(directory) >= min_free_bytes:
@@ -280,14 +268,16 @@ def give_back_space(directory: Path, min_free_bytes: int) -> int:
     return freed
 
 
-def _bytes_held(directory: Path) -> int:
-    total = 0
-    for path in directory.glob("**/*.kv"):
+def _saved_files(directory: Path, pattern: str) -> list[tuple[float, int, Path]]:
+    """(modified, size, path) of the saved states ``pattern`` finds, oldest first."""
+    files = []
+    for path in directory.glob(pattern):
         try:
-            total += path.stat().st_size
+            stat = path.stat()
         except FileNotFoundError:  # evicted meanwhile
             continue
-    return total
+        files.append((stat.st_mtime, stat.st_size, path))
+    return sorted(files)
 
 
 def _free_bytes(directory: Path) -> int:

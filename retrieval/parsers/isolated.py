@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from retrieval.parsers.errors import ParseError
 from retrieval.parsers.ocr import OcrOptions
-from retrieval.types import Block, Box, DocumentKind, ParsedDocument, ParsedPage
+from retrieval.types import Block, Box, DocumentKind, ParsedDocument, ParsedPage, as_boxes
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class IsolatedParser:
         """Where each (page, text) stands on its PDF page (page_boxes.passage_boxes), in a
         child. Raises ParseError or ParserUnavailable."""
         reply = self._ask({"op": "boxes", "passages": passages}, data)
-        return [[(b[0], b[1], b[2], b[3]) for b in boxes] for boxes in reply["boxes"]]
+        return [list(as_boxes(boxes)) for boxes in reply["boxes"]]
 
     def render_page(self, data: bytes, page: int, width_px: int) -> bytes:
         """PDF page ``page`` as a PNG (page_boxes.render_page), in a child. Raises
