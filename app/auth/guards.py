@@ -70,6 +70,12 @@ def current_principal(connection: ASGIConnection[Any, Any, Any, Any]) -> Princip
     return principal
 
 
+def may_load_any_model(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    """Whether the caller may name a model chat does not offer (Principal.may_load_any_model)."""
+    principal = current_principal(connection)
+    return principal is not None and principal.may_load_any_model
+
+
 def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     header = connection.headers.get("authorization")
     if header is None:

@@ -257,10 +257,11 @@ class ChatModels:
             names.add(generation.generator_model.stem)
         return names
 
-    def refuse_unoffered(self, name: str, *, aliases: Collection[str], is_admin: bool) -> None:
-        """UnknownModel (404) unless the caller may generate with ``name``; the same
-        answer as for a name that does not exist, so nothing is told about what is there."""
-        if is_admin or name in self.open_to_everyone(aliases):
+    def refuse_unoffered(self, name: str, *, aliases: Collection[str], may_load_any: bool) -> None:
+        """UnknownModel (404) unless the caller may generate with ``name`` (any model, for
+        ``may_load_any``: an admin's session or full key); the same answer as for a name
+        that does not exist, so nothing is told about what is there."""
+        if may_load_any or name in self.open_to_everyone(aliases):
             return
         raise UnknownModel(f"no model or alias named {name[:80]!r} is offered")
 

@@ -72,7 +72,7 @@ async def start(
     max_tokens: int | None,
     response_format: ResponseFormat | None = None,
     prefix: str,
-    is_admin: bool,
+    may_load_any: bool,
 ) -> Started:
     models = services.require_models()
     settings = services.settings
@@ -80,7 +80,7 @@ async def start(
     chat_models = ChatModels(services.db, settings)
 
     def submit() -> tuple[str, Completion, bool]:
-        chat_models.refuse_unoffered(data.model, aliases=models.aliases, is_admin=is_admin)
+        chat_models.refuse_unoffered(data.model, aliases=models.aliases, may_load_any=may_load_any)
         return _submit(models, data, prompt_for, max_tokens, response_format, deadline)
 
     model, completion, strip = await asyncio.to_thread(submit)

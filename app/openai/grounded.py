@@ -27,7 +27,7 @@ from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
 from app.auth.access import readable_collections, request_audit
-from app.auth.guards import current_principal
+from app.auth.guards import may_load_any_model
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.openai.errors import OpenAIError, error_body
 from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
@@ -217,8 +217,7 @@ async def grounded_completion(
         max_tokens=answer_tokens,
         response_format=data.response_format,
         prefix="chatcmpl",
-        is_admin=(principal := current_principal(request)) is not None
-        and principal.may_load_any_model,
+        may_load_any=may_load_any_model(request),
     )
     assert grounding.grounding is not None  # start() built the prompt
     await asyncio.to_thread(request_audit(services.auth), started.id, grounding.grounding.listed())

@@ -16,7 +16,7 @@ from litestar.enums import MediaType
 from litestar.response import Response, ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
-from app.auth.guards import current_principal
+from app.auth.guards import may_load_any_model
 from app.chat.disconnect import cancel_on_disconnect
 from app.chat.local_models import ChatModels
 from app.errors import from_engine
@@ -93,11 +93,12 @@ class CompletionsApi(Controller):
         models = services.require_models()
         timeout = data.timeout_s or services.settings.generation.request_timeout_s
         chat_models = ChatModels(services.db, services.settings)
-        principal = current_principal(request)
-        is_admin = principal is not None and principal.may_load_any_model
+        may_load_any = may_load_any_model(request)
 
         def submit() -> Completion:
-            chat_models.refuse_unoffered(data.model, aliases=models.aliases, is_admin=is_admin)
+            chat_models.refuse_unoffered(
+                data.model, aliases=models.aliases, may_load_any=may_load_any
+            )
             return _submit(models, data, time.monotonic() + timeout)
 
         try:

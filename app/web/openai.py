@@ -18,7 +18,7 @@ from litestar.di import Provide
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
-from app.auth.guards import current_principal
+from app.auth.guards import may_load_any_model
 from app.chat.local_models import ChatModels
 from app.openai.errors import OpenAIError, error_body, openai_error_handler
 from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
@@ -79,17 +79,12 @@ async def _respond(
 
 
 # --- routes -------------------------------------------------------------------------------------
-def _may_load_any_model(request: Request[Any, Any, Any]) -> bool:
-    principal = current_principal(request)
-    return principal is not None and principal.may_load_any_model
-
-
 def _models(services: Services, request: Request[Any, Any, Any]) -> list[ModelOut]:
     """What the caller may name: every model for an admin; for anyone else, what is
     offered (app.chat.local_models.ChatModels.open_to_everyone)."""
     models = services.require_models()
     names = [*models.names, *sorted(set(models.aliases) - set(models.names))]
-    if not _may_load_any_model(request):
+    if not may_load_any_model(request):
         allowed = ChatModels(services.db, services.settings).open_to_everyone(models.aliases)
         names = [name for name in names if name in allowed]
     if services.retrieval is not None:
@@ -129,7 +124,7 @@ async def chat_completions(
         max_tokens=data.max_completion_tokens or data.max_tokens,
         response_format=data.response_format,
         prefix="chatcmpl",
-        is_admin=_may_load_any_model(request),
+        may_load_any=may_load_any_model(request),
     )
     return await _respond(data, started, request, _chat_chunks, _chat_completion)
 
@@ -178,7 +173,7 @@ async def completions(
         lambda _: prompt,
         max_tokens=data.max_tokens or 16,
         prefix="cmpl",
-        is_admin=_may_load_any_model(request),
+        may_load_any=may_load_any_model(request),
     )
     return await _respond(data, started, request, _text_chunks, _text_completion)
 
