@@ -159,6 +159,15 @@ class ServerProcess:
         assert self.process is not None
         wait_until_healthy(f"{self.url}/health/ready", self.process, timeout, self.log_path)
 
+    def exit_code(self, timeout: float) -> int:
+        """How the process ended (waiting up to ``timeout`` for a signal sent to it to take
+        effect); it is stopped then, whatever happened, and its log closed."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self.stop()  # closes the log (and kills a server that did not exit)
+
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks, no checkpoints, exactly like a crash."""
         if self.process is not None and self.process.poll() is None:

@@ -101,14 +101,6 @@ def _indexed_server(root: Path, token_delay_s: float, **settings: Any) -> Server
     return server
 
 
-def _exit_code(server: ServerProcess, timeout: float) -> int:
-    assert server.process is not None
-    try:
-        return server.process.wait(timeout)
-    finally:
-        server.stop()  # closes the log (and kills a server that did not exit)
-
-
 def test_sigterm_lets_running_answers_finish_then_exits_0(tmp_path: Path) -> None:
     # Checkpoints only when stopping: the drain's shutdown must write the last one.
     server = _indexed_server(tmp_path, 0.25, drain_s=30, index_checkpoint_seconds=3600)
@@ -138,7 +130,7 @@ def test_sigterm_lets_running_answers_finish_then_exits_0(tmp_path: Path) -> Non
     assert answer.status == 200
     events = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
     assert events[-1] == "done" and events.count("token") >= 10, events
-    assert _exit_code(server, 30) == 0
+    assert server.exit_code(30) == 0
     log = server.log_path.read_text()
     assert "drained: 1 answers finished, 0 cut" in log, log[-3000:]
     # The worker checkpointed on the way out: the index on disk has every passage.
@@ -171,7 +163,7 @@ def test_answers_still_running_at_the_deadline_end_with_an_error_event(tmp_path:
     assert '"code": "server_shutting_down"' in raw_lines[-1], raw_lines
     page_lines = [line for line in page.result() if line]
     assert page_lines[-2] == "event: done" and "Shutting down" in page_lines[-1], page_lines
-    assert _exit_code(server, 30) == 0
+    assert server.exit_code(30) == 0
     assert "drained: 0 answers finished, 3 cut at the deadline" in server.log_path.read_text()
     # A cut answer is kept as a client that left would keep it: what was said, marked stopped.
     with sqlite3.connect(Settings(data_dir=server.data_dir).db_path) as db:
@@ -189,7 +181,7 @@ def test_a_second_sigterm_stops_at_once(tmp_path: Path) -> None:
     assert server.process.poll() is None  # draining: the answer has ~5 s to go
     server.process.send_signal(signal.SIGTERM)
     started = time.monotonic()
-    assert _exit_code(server, 5) == -signal.SIGTERM
+    assert server.exit_code(5) == -signal.SIGTERM
     assert time.monotonic() - started < 2
     with pytest.raises(AssertionError, match="peer closed connection"):
         chat.result(10)  # cut off with the process, mid-stream
@@ -211,7 +203,7 @@ def test_a_real_model_answer_in_flight_finishes_on_sigterm(tmp_path: Path) -> No
     assert refused.status_code == 503 and refused.headers["retry-after"]
     lines = [line for line in stream.result() if line]
     assert lines[-1] == "data: [DONE]" and '"finish_reason":"length"' in lines[-2], lines[-3:]
-    assert _exit_code(server, 60) == 0
+    assert server.exit_code(60) == 0
 
 
 @pytest.mark.real
@@ -240,7 +232,7 @@ def test_n3_stop_while_ingestion_embeds_a_large_document_exits_0_and_resumes(
         time.sleep(0.2)
     assert server.process is not None
     server.process.send_signal(sig)
-    assert _exit_code(server, 90) == 0
+    assert server.exit_code(90) == 0
     assert "terminate called" not in server.log_path.read_text()
 
     server.start()

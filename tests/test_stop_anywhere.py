@@ -28,10 +28,7 @@ def until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 def stop_with_sigterm(server: ServerProcess) -> int:
     assert server.process is not None
     server.process.send_signal(signal.SIGTERM)
-    try:
-        return server.process.wait(STOP_BOUND_S)
-    finally:
-        server.stop()  # closes the log (and kills a server that did not exit)
+    return server.exit_code(STOP_BOUND_S)
 
 
 def test_sigterm_while_ocr_reads_a_scan_exits_0_and_the_scan_is_read_after_restart(

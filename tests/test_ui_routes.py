@@ -35,6 +35,22 @@ def indexed_document(client: TestClient[Any], name: str = "canteen.md") -> int:
     return document_id
 
 
+def first_question_id(client: TestClient[Any], conversation: int) -> int:
+    page = client.get(f"/c/{conversation}").text
+    return int(re.search(r'id="message-(\d+)"', page).group(1))  # type: ignore[union-attr]
+
+
+def canteen_conversation(client: TestClient[Any], follow_up: str) -> int:
+    """A conversation of two answered turns about the indexed canteen note."""
+    indexed_document(client)
+    model = fake_model(client)
+    model.enqueue(["Noon [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    model.enqueue(["Soup [1]."])
+    ask(client, follow_up, conversation)
+    return conversation
+
+
 def test_conversations_are_grouped_by_day_with_pinned_first() -> None:
     now = datetime(2026, 11, 29, 15, 0).timestamp()
 
@@ -177,14 +193,9 @@ def test_regenerate_the_last_answer(client: TestClient[Any]) -> None:
 
 
 def test_edit_and_resend_replaces_the_rest_of_the_conversation(client: TestClient[Any]) -> None:
-    indexed_document(client)
+    conversation = canteen_conversation(client, "Is the canteen open daily at noon?")
     model = fake_model(client)
-    model.enqueue(["Noon [1]."])
-    conversation = ask(client, "When does the canteen open?")
-    model.enqueue(["Soup [1]."])
-    ask(client, "Is the canteen open daily at noon?", conversation)
-    page = client.get(f"/c/{conversation}").text
-    first_question = int(re.search(r'id="message-(\d+)"', page).group(1))  # type: ignore[union-attr]
+    first_question = first_question_id(client, conversation)
 
     assert (
         client.post(f"/ui/messages/{first_question + 1}/edit", data={"message": "x"}).status_code
@@ -308,8 +319,7 @@ def test_editing_the_first_question_retitles_a_conversation_titled_after_it(
     model = fake_model(client)
     model.enqueue(["Noon [1]."])
     conversation = ask(client, "When does the canteen open?")
-    page = client.get(f"/c/{conversation}").text
-    first = int(re.search(r'id="message-(\d+)"', page).group(1))  # type: ignore[union-attr]
+    first = first_question_id(client, conversation)
     model.enqueue(["Six [1]."])
     edited = client.post(
         f"/ui/messages/{first}/edit", data={"message": "When does the canteen close?"}
@@ -322,8 +332,7 @@ def test_editing_the_first_question_retitles_a_conversation_titled_after_it(
     sse_events(client.get(f"/ui/answers/{question}/stream").text)
 
     services.conversations.rename(conversation, "Canteen hours")
-    page = client.get(f"/c/{conversation}").text
-    first = int(re.search(r'id="message-(\d+)"', page).group(1))  # type: ignore[union-attr]
+    first = first_question_id(client, conversation)
     model.enqueue(["Seven [1]."])
     again = client.post(f"/ui/messages/{first}/edit", data={"message": "Is it open on Sunday?"})
     assert again.status_code == 200 and 'id="conversation-title"' not in again.text
@@ -343,12 +352,7 @@ def test_a_deleted_conversations_id_is_never_given_to_a_new_one(client: TestClie
 
 def test_an_opened_conversation_shows_its_latest_answers_sources(client: TestClient[Any]) -> None:
     """#26 item 8: opening a conversation left the Sources pane empty."""
-    indexed_document(client)
-    model = fake_model(client)
-    model.enqueue(["Noon [1]."])
-    conversation = ask(client, "When does the canteen open?")
-    model.enqueue(["Soup [1]."])
-    ask(client, "What does it serve?", conversation)
+    conversation = canteen_conversation(client, "What does it serve?")
     page = client.get(f"/c/{conversation}").text
     pane = page[page.index('id="sources-pane"') :]
     pane = pane[: pane.index("</div>")]
