@@ -149,9 +149,11 @@ def _owning(settings: Settings, holder: str) -> Iterator[None]:
 
 def _backup_or_restore(args: argparse.Namespace) -> int:
     """Both print what they did; a refusal is one line on stderr and exit status 1."""
+    from app.interrupts import INTERRUPTED, sigterm_interrupts
     from app.ops.backup import BackupError, take_backup
     from app.ops.restore import RestoreRefused, restore
 
+    sigterm_interrupts()
     try:
         if args.command == "backup":
             data_dir = _settings(data_dir=args.data_dir).server.data_dir
@@ -163,6 +165,16 @@ def _backup_or_restore(args: argparse.Namespace) -> int:
     except (BackupError, RestoreRefused, OSError) as exc:
         print(f"ragdesk {args.command}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if args.command == "backup":
+            outcome = (
+                f"{args.dest} is incomplete (restore refuses a backup without its manifest):"
+                " remove it and run the command again"
+            )
+        else:
+            outcome = f"nothing was restored; {args.data_dir} is as it was"
+        print(f"\nragdesk {args.command}: interrupted; {outcome}", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -146,6 +148,49 @@ def test_a_backup_killed_mid_way_is_refused_by_restore(data_dir: Path, tmp_path:
     assert refused.returncode == 1
     assert "is not a complete backup: it has no backup-manifest.json" in refused.stderr
     assert not (tmp_path / "restored").exists()
+
+
+def test_sigterm_during_a_backup_exits_130_and_leaves_no_half_written_file(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """#30 item 3: the backup is held reading an "original" that is a FIFO the test writes
+    nothing to, so SIGTERM lands mid-copy however fast the machine is."""
+    source = tmp_path / "data"
+    shutil.copytree(data_dir, source)
+    fifo = source / "uploads" / "ff" / ("f" * 64)  # globbed last, after the real originals
+    fifo.parent.mkdir(exist_ok=True)
+    os.mkfifo(fifo)
+    backup = tmp_path / "backup"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "backup", str(backup), "--data-dir", str(source)],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # Opening the write end succeeds once the backup has the FIFO open for reading; held
+    # open and never written, it keeps the backup blocked in read().
+    writer = wait_for(lambda: _open_writer(fifo), timeout=60, interval=0.05)
+    try:
+        wait_for(lambda: any(backup.rglob("*.partial")), timeout=30, interval=0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 130
+    finally:
+        os.close(writer)
+    assert process.stderr is not None
+    assert f"interrupted; {backup} is incomplete" in process.stderr.read()
+    assert not list(backup.rglob("*.partial")) and not (backup / BACKUP_MANIFEST).exists()
+    refused = run_cli("restore", str(backup), "--data-dir", str(tmp_path / "restored"))
+    assert refused.returncode == 1 and not (tmp_path / "restored").exists()
+    fifo.unlink()
+    again = run_cli("backup", str(tmp_path / "again"), "--data-dir", str(source))
+    assert again.returncode == 0, again.stderr
+
+
+def _open_writer(fifo: Path) -> int | None:
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENXIO: nobody has it open for reading yet
+        return None
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

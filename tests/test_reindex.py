@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -98,4 +99,55 @@ def test_reindex_command(tmp_path: Path) -> None:
     assert f'"passages": {live.count}' in result.stdout
     assert f'"from_cache": {live.count}' in result.stdout  # same model: nothing embedded
     after = FaissIndex.load(tmp_path / "data" / "index", model_id="hashing-256", dimension=256)
+    assert np.array_equal(np.sort(after.ids()), np.sort(live.ids()))
+
+
+# ``ragdesk reindex`` to a new 128-dimension model whose second batch blocks (until SIGTERM)
+# when RAGDESK_TEST_HOLD is set, so the signal lands mid-way however fast the machine is.
+HELD_REINDEX = """
+import os, sys, time
+from retrieval.embedder import HashingEmbedder
+import app.documents.reindex_command as command
+
+class Held(HashingEmbedder):
+    def embed_batch(self, texts):
+        if self.history and os.environ.get("RAGDESK_TEST_HOLD"):
+            print("held", file=sys.stderr, flush=True)
+            time.sleep(3600)
+        return super().embed_batch(texts)
+
+command.build_embedder = lambda settings: Held(dimension=128)
+from app.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_sigterm_during_reindex_exits_130_keeps_the_live_index_and_the_rerun_resumes(
+    tmp_path: Path,
+) -> None:
+    """#30 item 3: interrupted, the command says so and exits 130 (not 0: the new index is
+    not built); the live index is untouched; the next run reuses the vectors computed."""
+    kit, live = ingested(tmp_path / "data")
+    kit.db.close()
+    command = [sys.executable, "-c", HELD_REINDEX, "reindex", "--batch", "2"]
+    command += ["--data-dir", str(tmp_path / "data")]
+    env = {**os.environ, "RAGDESK_EMBEDDER_BACKEND": "fake", "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        command, cwd=ROOT, env={**env, "RAGDESK_TEST_HOLD": "1"}, stderr=subprocess.PIPE, text=True
+    )
+    assert first.stderr is not None
+    for line in first.stderr:
+        if line.strip() == "held":
+            first.send_signal(signal.SIGTERM)
+            break
+    _, errors = first.communicate(timeout=60)
+    assert first.returncode == 130
+    assert "interrupted: the live index is unchanged" in errors
+    assert read_manifest(tmp_path / "data" / "index").model_id == "hashing-256"
+
+    second = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert '"model_id": "hashing-128"' in second.stdout
+    assert '"from_cache": 2' in second.stdout  # the interrupted run's first batch
+    after = FaissIndex.load(tmp_path / "data" / "index", model_id="hashing-128", dimension=128)
     assert np.array_equal(np.sort(after.ids()), np.sort(live.ids()))

@@ -7,16 +7,13 @@ nothing; run the same command again to finish.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import TextIO
 
 from app.config.settings import Settings
-
-INTERRUPTED = 130
+from app.interrupts import INTERRUPTED, sigterm_interrupts
 
 
 class ProgressDisplay:
@@ -78,7 +75,7 @@ def run_ingest(
         return 2
     display = ProgressDisplay(sys.stderr)
     # kill (SIGTERM) stops like Ctrl-C: the current batch's SQLite work is committed or not.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    sigterm_interrupts()
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
     db = open_database(settings.db_path)
     store = DocumentStore(db)
@@ -136,7 +133,3 @@ def run_ingest(
         print(f"  skipped  {path}: {reason}")
     db.close()
     return 1 if summary.failed else 0
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt

@@ -8,13 +8,12 @@ complete, and an interrupted run loses nothing (vectors already computed are cac
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 
 from app.config.retrieval import build_embedder
 from app.config.settings import Settings
-from app.documents.ingest_command import INTERRUPTED, _raise_interrupt
+from app.interrupts import INTERRUPTED, sigterm_interrupts
 
 
 def run_reindex(settings: Settings, *, batch: int) -> int:
@@ -30,7 +29,7 @@ def run_reindex(settings: Settings, *, batch: int) -> int:
             f"ragdesk reindex: no Ragdesk database in {settings.server.data_dir}", file=sys.stderr
         )
         return 2
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    sigterm_interrupts()
     db = open_database(settings.db_path)
     started = time.monotonic()
     tty = sys.stderr.isatty()

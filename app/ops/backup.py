@@ -79,6 +79,17 @@ def take_backup(
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BackupError(f"{dest} is not empty; back up into a new directory")
     dest.mkdir(parents=True, exist_ok=True)
+    try:
+        return _back_up_into(data_dir, databases, dest, say)
+    except BaseException:  # interrupted (SIGTERM, Ctrl-C) or failed: no half-written file
+        for staged in dest.rglob(f"*{_STAGED}"):
+            staged.unlink(missing_ok=True)
+        raise
+
+
+def _back_up_into(
+    data_dir: Path, databases: list[Path], dest: Path, say: Callable[[str], None]
+) -> BackupManifest:
     files: list[BackedUpFile] = []
     uploads = _copy_uploads(data_dir / UPLOADS_DIR, dest, names=None)
     for database in databases:
