@@ -21,6 +21,7 @@ from app.config.settings import Settings
 from app.documents.intake import MAX_PARTS_PER_REQUEST
 from app.errors import handle_error
 from app.lifespan import services_lifespan
+from app.mcp_door.door import mcp_lifespan
 from app.openai.errors import openai_error_handler
 from app.ops.drain import Drain, DrainGate
 from app.sources.scheduler import sources_lifespan
@@ -37,6 +38,7 @@ from app.web.eval_ui import EvalPages
 from app.web.feedback_ui import FeedbackApi, FeedbackPages, FeedbackUi
 from app.web.groups_ui import GroupsPages
 from app.web.health import live, metrics_endpoint, ready
+from app.web.mcp import mcp_endpoint
 from app.web.openai import openai_router
 from app.web.pages import Pages, Partials
 from app.web.sources_ui import SourcesPages
@@ -129,6 +131,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             CompletionsApi,
             openai_router,
             metrics_endpoint,
+            mcp_endpoint,
             create_static_files_router(
                 path="/static",
                 directories=[settings.static_dir],
@@ -138,7 +141,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ],
         state=State({"settings": settings, "drain": drain}),
         guards=[require_principal],  # every route; opt={"public": True} is the allowlist
-        lifespan=[services_lifespan, sources_lifespan],  # syncs stop before the services
+        # syncs and the MCP door stop before the services
+        lifespan=[services_lifespan, sources_lifespan, mcp_lifespan],
         template_config=TemplateConfig(
             directory=settings.templates_dir,
             engine=JinjaTemplateEngine,
