@@ -29,6 +29,7 @@ from app.web.admin_pages import AccountPages, AdminPages
 from app.web.api import ChatApi, DocumentsApi, PrefetchApi, SearchApi
 from app.web.api_accounts import GroupsApi, KeysApi, UsersApi
 from app.web.api_library import CollectionsApi, ConversationsApi
+from app.web.api_shares import ConversationSharesApi, SharedApi, SharesAdminApi
 from app.web.api_sources import SourcesApi
 from app.web.auth_pages import AuthPages
 from app.web.collections_ui import CollectionsUi
@@ -41,6 +42,7 @@ from app.web.health import live, metrics_endpoint, ready
 from app.web.mcp import mcp_endpoint
 from app.web.openai import openai_router
 from app.web.pages import Pages, Partials
+from app.web.shares_ui import SharesUi
 from app.web.sources_ui import SourcesPages
 from app.web.sso_pages import sso_routes
 from app.web.ui_format import register_filters
@@ -117,6 +119,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             Pages,
             Partials,
             ConversationsUi,
+            SharesUi,
             CollectionsUi,
             DocumentsApi,
             SearchApi,
@@ -124,6 +127,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
             PrefetchApi,
             CollectionsApi,
             ConversationsApi,
+            ConversationSharesApi,
+            SharedApi,
+            SharesAdminApi,
             SourcesApi,
             UsersApi,
             KeysApi,

@@ -401,6 +401,10 @@
   document.addEventListener("htmx:responseError", function (event) {
     var toast = $("#toast");
     if (event.detail.elt.hasAttribute("data-quiet-errors")) { return; }  // e.g. Stop after the end
+    // In a modal dialog (Share), the error is said in the dialog: a toast would be under it.
+    var dialog = event.detail.elt.closest && event.detail.elt.closest("dialog[open]");
+    var slot = dialog && dialog.querySelector("[data-dialog-error]");
+    if (slot) { htmx.swap(slot, event.detail.xhr.responseText, { swapStyle: "innerHTML" }); return; }
     if (!toast) { return; }
     htmx.swap(toast, event.detail.xhr.responseText, { swapStyle: "innerHTML" });
     toast.classList.add("visible");

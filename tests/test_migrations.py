@@ -88,6 +88,9 @@ CHAT_TABLES = {
     "chat_model_offers",
     "answer_feedback",
     "issued_ids",
+    "conversation_shares",
+    "conversation_share_events",
+    "shared_answer_sources",
 }
 SOURCES_TABLES = {"sources", "source_files", "sync_claims", "sync_runs"}
 # The migrations added since that release, in the order a release database runs them.

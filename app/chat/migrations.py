@@ -197,3 +197,66 @@ def m019_issued_ids(db: sqlite_utils.Database) -> None:
         "INSERT INTO issued_ids (name, last)"
         " SELECT 'conversations', COALESCE(MAX(id), 0) FROM conversations"
     )
+
+
+@MIGRATIONS.add()
+def m021_conversation_shares(db: sqlite_utils.Database) -> None:
+    """Conversations shared read-only with a user or a group (exactly one of the two per
+    row; gone with the conversation, the user or the group), and the sharing audit: who
+    shared or revoked what with whom, and which cited passages a reader was shown in a
+    shared conversation. The audit has no foreign keys: it outlives what it names."""
+    db.execute(
+        """
+        CREATE TABLE conversation_shares (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            user_id INTEGER REFERENCES users(id) ON DELETE CASCADE,
+            group_id INTEGER REFERENCES groups(id) ON DELETE CASCADE,
+            shared_by INTEGER REFERENCES users(id) ON DELETE SET NULL,
+            created_at REAL NOT NULL,
+            CHECK ((user_id IS NULL) <> (group_id IS NULL))
+        )
+        """
+    )
+    db.execute(
+        "CREATE UNIQUE INDEX conversation_shares_user"
+        " ON conversation_shares(conversation_id, user_id) WHERE user_id IS NOT NULL"
+    )
+    db.execute(
+        "CREATE UNIQUE INDEX conversation_shares_group"
+        " ON conversation_shares(conversation_id, group_id) WHERE group_id IS NOT NULL"
+    )
+    db.execute("CREATE INDEX conversation_shares_to_user ON conversation_shares(user_id)")
+    db.execute("CREATE INDEX conversation_shares_to_group ON conversation_shares(group_id)")
+    db.execute(
+        """
+        CREATE TABLE conversation_share_events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL,
+            actor_id INTEGER,
+            key_id INTEGER,
+            action TEXT NOT NULL CHECK (action IN ('share', 'revoke')),
+            target_kind TEXT NOT NULL CHECK (target_kind IN ('user', 'group')),
+            target_id INTEGER NOT NULL,
+            target_name TEXT NOT NULL,
+            at REAL NOT NULL
+        )
+        """
+    )
+    db.execute(
+        "CREATE INDEX conversation_share_events_conversation"
+        " ON conversation_share_events(conversation_id, at)"
+    )
+    db.execute(
+        """
+        CREATE TABLE shared_answer_sources (
+            message_id INTEGER NOT NULL,
+            chunk_id INTEGER NOT NULL,
+            document_id INTEGER NOT NULL,
+            user_id INTEGER NOT NULL,
+            key_id INTEGER,
+            shown_at REAL NOT NULL,
+            PRIMARY KEY (message_id, chunk_id, user_id)
+        )
+        """
+    )

@@ -1,0 +1,51 @@
+"""A conversation as a reader it was shared with sees it: the questions and answers as
+written, but a citation of a document the reader may not open shows no title, passage or
+link, only that it is "a document you cannot open". What the model was shown for each
+answer (its sources' text, the query, the collections searched) is never shown to a reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import replace
+
+from markupsafe import Markup
+
+from app.chat.markdown import render_markdown
+from app.chat.records import Citation, Message
+from app.chat.stopping import STOPPED
+
+HIDDEN_TITLE = "a document you cannot open"
+
+
+def is_hidden(citation: Citation) -> bool:
+    return citation.document_id == 0
+
+
+def hidden(citation: Citation) -> Citation:
+    """The citation with nothing left of its document but its number."""
+    return Citation(citation.number, 0, 0, HIDDEN_TITLE, 0, 0, 0, "")
+
+
+def redact(message: Message, openable: Collection[int]) -> Message:
+    """``message`` with the citations of documents not in ``openable`` (ids) hidden and what
+    the model was shown dropped."""
+    citations = tuple(c if c.document_id in openable else hidden(c) for c in message.citations)
+    return replace(message, citations=citations, context=None)
+
+
+def render_shared_answer(message: Message) -> Markup:
+    """A redacted answer as sanitised HTML: a ``[n]`` of an openable document links to its
+    passage (in the plain page viewer: the answer's own Previous/Next needs the
+    conversation's owner), a hidden one stays plain text."""
+    cite = {
+        c.number: (c.url, f"{c.title}, page {c.page}")
+        for c in message.citations
+        if not is_hidden(c)
+    }
+    flagged = [
+        (u.start, u.end, u.reason)
+        for u in message.unsupported
+        if message.content[u.start : u.end] == u.text
+    ]
+    return render_markdown(message.content, cite, stopped_marker=STOPPED, flagged=flagged)
