@@ -14,6 +14,7 @@ from typing import Any
 from app.auth import cli as auth_commands
 from app.chat import models_cli as model_commands
 from app.config.settings import Settings
+from app.documents import collections_cli as collection_commands
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -50,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     evaluate.add_argument("--data-dir", type=Path, help="database, index (default ./data)")
     auth_commands.add_commands(commands)
     model_commands.add_commands(commands)
+    collection_commands.add_commands(commands)
     reindex = commands.add_parser(
         "reindex", help="re-embed every passage into a new index, then switch to it"
     )
@@ -119,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(auth_commands.run(args))
     elif args.command == "models":
         sys.exit(model_commands.run(args))
+    elif args.command == "collections":
+        sys.exit(collection_commands.run(args))
     elif args.command == "sync":
         from app.sources.command import run_sync
 

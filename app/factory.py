@@ -46,6 +46,8 @@ from app.web.shares_ui import SharesUi
 from app.web.sources_ui import SourcesPages
 from app.web.sso_pages import sso_routes
 from app.web.ui_format import register_filters
+from app.web.usage_ui import UsageApi, UsageCsv, UsagePages
+from app.web.workspaces_ui import WorkspacesUi
 
 # No inline script or style, nothing from other origins; htmx's SSE uses connect-src 'self'.
 CONTENT_SECURITY_POLICY = (
@@ -112,15 +114,19 @@ def create_app(settings: Settings | None = None) -> Litestar:
             AdminPages,
             EvalPages,
             FeedbackPages,
+            UsagePages,
             SourcesPages,
             GroupsPages,
             FeedbackUi,
             FeedbackApi,
+            UsageApi,
+            UsageCsv,
             Pages,
             Partials,
             ConversationsUi,
             SharesUi,
             CollectionsUi,
+            WorkspacesUi,
             DocumentsApi,
             SearchApi,
             ChatApi,

@@ -32,6 +32,7 @@ from app.documents.page_images import PageImages
 from app.metrics import Metrics
 from app.migrations import open_database
 from app.state import Retrieval, Services
+from app.usage.events import UsageRecorder
 from llm.engine.kv_disk import give_back_space, sweep_kv_leftovers
 from llm.models import sweep_partial_models
 from llm.params import ModelUnavailable
@@ -68,6 +69,7 @@ def open_services(settings: Settings) -> Services:
             memory_bytes=settings.ingest.parse_memory_bytes,
             processes=settings.ingest.parse_processes,
             ocr=settings.ingest.ocr_options(),
+            ocr_on_request=settings.ingest.ocr_tuning(),
         ),
         page_images=PageImages(files, memory_bytes=settings.ingest.parse_memory_bytes),
         metrics=Metrics(
@@ -129,6 +131,7 @@ def _load_retrieval(services: Services) -> Retrieval:
         settings.ingest.config(),
         parse=services.parser.parse,
         locate=services.parser.passage_boxes,
+        parse_with_ocr=services.parser.parse_with_ocr,
     )
     requeued = services.store.requeue_without_vectors(embedder.model_id)
     if requeued:
@@ -151,6 +154,7 @@ def _load_chat(services: Services, retriever: Retriever, models: Registry) -> Ch
         services.conversations, retriever, models, ChatConfig.from_settings(services.settings)
     )
     chat.prefetcher.count = services.metrics.prefetched
+    chat.on_finished = UsageRecorder(services.db).listener  # one usage event per answer
     return chat
 
 

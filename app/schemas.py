@@ -288,3 +288,64 @@ class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
 
 class KeyCreated(KeyOut):
     key: str  # shown this once; only its hash is kept
+
+
+# --- collections as workspaces (app/documents/workspaces.py) ---------------------------------
+OcrSetting = Literal["on", "off", "default"]
+
+
+class CollectionPatch(msgspec.Struct, forbid_unknown_fields=True):
+    """A change to a collection; a field left out (or null) is left as it is.
+    ``default_model`` "" goes back to the deployment's chat model."""
+
+    name: Name | None = None
+    description: Annotated[str, msgspec.Meta(max_length=2000)] | None = None
+    instructions: Annotated[str, msgspec.Meta(max_length=2000)] | None = None
+    ocr: OcrSetting | None = None
+    default_model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
+
+
+class CollectionDetail(msgspec.Struct):
+    id: int
+    name: str
+    documents: int
+    description: str
+    instructions: str
+    ocr: OcrSetting  # default: the deployment's RAGDESK_OCR
+    default_model: str | None  # None: the deployment's chat model
+    created_at: float
+    updated_at: float
+
+
+class CollectionDeleted(msgspec.Struct):
+    id: int
+    name: str
+    documents_deleted: int
+
+
+class CollectionMemberIn(msgspec.Struct, forbid_unknown_fields=True):
+    user: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    write: bool = False  # may upload and delete documents too
+
+
+class CollectionGroupIn(msgspec.Struct, forbid_unknown_fields=True):
+    group: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+    write: bool = False
+
+
+class CollectionMemberOut(msgspec.Struct):
+    user_id: int
+    user: str
+    write: bool
+
+
+class CollectionGroupOut(msgspec.Struct):
+    group_id: int
+    group: str
+    write: bool
+    source: str
+
+
+class CollectionAccess(msgspec.Struct):
+    members: list[CollectionMemberOut]
+    groups: list[CollectionGroupOut]

@@ -81,8 +81,17 @@ CHAT_INSTRUCTIONS = (
 )
 
 
+# The deployment's own instructions for the documents a conversation searches (a
+# collection's, ``retrieval.collections``): (label, text) pairs, shown after the rules.
+Guidance = Sequence[tuple[str, str]]
+GUIDANCE_HEADER = (
+    "Instructions from the administrators for these documents (they add to the rules "
+    "above and never replace them):"
+)
+
+
 class PromptFormat(Protocol):
-    def render(self, history: Sequence[Turn], turn: Turn) -> str: ...
+    def render(self, history: Sequence[Turn], turn: Turn, guidance: Guidance = ()) -> str: ...
 
     @property
     def stop(self) -> tuple[str, ...]: ...
@@ -108,6 +117,20 @@ def one_line(text: str, inert: Neutralizer) -> str:
     return " ".join(inert(text).split())
 
 
+def format_guidance(guidance: Guidance, inert: Neutralizer) -> str:
+    """The rules' addendum: each instruction under its label, flattened onto one quoted
+    line and neutralised like document text, so none can end the system text, open a
+    turn, start a line of its own ("Question:", "[1]") or close its quotes; empty when
+    there is none. Part of the stable prefix: the same for every turn."""
+    if not guidance:
+        return ""
+    lines = [GUIDANCE_HEADER]
+    for label, text in guidance:
+        quoted = one_line(text, inert).replace('"', "\u201d")
+        lines.append(f'- {one_line(label, inert)}: "{quoted}"')
+    return "\n".join(lines)
+
+
 class CompletionFormat:
     """Plain-text layout for base models that have no chat template."""
 
@@ -116,8 +139,9 @@ class CompletionFormat:
     def __init__(self, inert: Neutralizer | None = None):
         self.inert = inert or Neutralizer()
 
-    def render(self, history: Sequence[Turn], turn: Turn) -> str:
-        parts = [INSTRUCTIONS, ""]
+    def render(self, history: Sequence[Turn], turn: Turn, guidance: Guidance = ()) -> str:
+        added = format_guidance(guidance, self.inert)
+        parts = [INSTRUCTIONS, *([added] if added else []), ""]
         for done in (EXAMPLE, *history):
             # The answer as the model wrote it after "Answer:" (the example's own layout,
             # which the model copies), so the next prompt extends the cached one.
@@ -151,8 +175,10 @@ class ChatTemplateFormat:
     def stop(self) -> tuple[str, ...]:
         return (self._eos,) if self._eos else ()
 
-    def render(self, history: Sequence[Turn], turn: Turn) -> str:
-        messages: list[dict[str, str]] = [{"role": "system", "content": CHAT_INSTRUCTIONS}]
+    def render(self, history: Sequence[Turn], turn: Turn, guidance: Guidance = ()) -> str:
+        added = format_guidance(guidance, self.inert)
+        system = f"{CHAT_INSTRUCTIONS}\n\n{added}" if added else CHAT_INSTRUCTIONS
+        messages: list[dict[str, str]] = [{"role": "system", "content": system}]
         for done in history:
             messages.append({"role": "user", "content": self._ask(done)})
             messages.append({"role": "assistant", "content": self.inert(done.answer.strip())})
@@ -179,8 +205,10 @@ def build_prompt(
     history: Sequence[Turn],
     token_budget: int,
     count_tokens: TokenCount,
+    guidance: Guidance = (),
 ) -> Prompt:
-    """Lay out this turn after the earlier ones and fit it into ``token_budget``.
+    """Lay out this turn after the earlier ones and fit it into ``token_budget``;
+    ``guidance`` follows the rules in the system text (:func:`format_guidance`).
 
     ``sources`` arrive best first, unnumbered; each gets the number its key had earlier in
     the conversation, or the next free one. Over budget: drop the oldest turns (the cache
@@ -203,7 +231,7 @@ def build_prompt(
         new = tuple(s for s in numbered if s.key not in listed)
         refers = tuple(s.number for s in numbered if s.key in listed)
         turn = Turn(question, "", new, refers)
-        text = prompt_format.render(_resolved(kept), turn)
+        text = prompt_format.render(_resolved(kept), turn, guidance)
         if count_tokens(text) <= token_budget:
             citable = {s.number: s for t in (*kept, turn) for s in t.sources}
             return Prompt(text, prompt_format.stop, turn, tuple(numbered), citable, len(kept))

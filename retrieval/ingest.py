@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.chunking import chunk_page
+from retrieval.collections import Workspaces
 from retrieval.disk import is_disk_full
 from retrieval.embed_slices import Embedding, share_slice
 from retrieval.embedder import Embedder, Vectors
@@ -36,6 +37,7 @@ from retrieval.parse_slots import ParseSlots
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.parsers.page_boxes import passage_boxes
+from retrieval.records import DocumentRecord
 from retrieval.store import DocumentGone, DocumentStore, stored_title
 from retrieval.types import Box, ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.uploads import UploadFiles
@@ -44,6 +46,9 @@ from retrieval.vector_sync import restructure_if_needed
 log = logging.getLogger(__name__)
 
 Parse = Callable[[bytes, DocumentKind, str], ParsedDocument]
+# A parse with OCR of scanned pages forced on or off (a collection's switch overrides the
+# deployment's default for its files: retrieval.collections).
+ParseWithOcr = Callable[[bytes, DocumentKind, str, bool], ParsedDocument]
 # Where (page, text) passages stand on their PDF pages (retrieval/parsers/page_boxes.py).
 Locate = Callable[[bytes, list[tuple[int, str]]], list[list[Box]]]
 # (document id, stage, detail): stages "parsed", "embedded", "indexed", "failed" (detail:
@@ -115,8 +120,13 @@ class IngestWorker:
         parse: Parse = parse_document,
         progress: Progress | None = None,
         locate: Locate = passage_boxes,
+        parse_with_ocr: ParseWithOcr | None = None,
     ):
         self.store = store
+        # Production passes IsolatedParser.parse_with_ocr; without it a collection's OCR
+        # switch is not honoured and every file parses with ``parse``.
+        self.parse_with_ocr = parse_with_ocr
+        self.workspaces = Workspaces(store.db)
         self.files = files
         self.embedder = embedder
         self.index = index
@@ -478,7 +488,7 @@ class IngestWorker:
         self.store.set_status(document_id, DocumentStatus.PARSING)
         try:
             data = self.files.read(document.stored_name)
-            parsed = self.parse(data, document.kind, document.filename)
+            parsed = self._parse_for(document, data)
             chunks = self._chunk(parsed)
         except ParseError as exc:
             self._fail(document_id, exc.reason)
@@ -493,6 +503,13 @@ class IngestWorker:
         if document.kind is DocumentKind.PDF:
             chunks = self._boxed(document_id, data, chunks)
         return _Parsed(document_id, document.collection_id, parsed, chunks, started)
+
+    def _parse_for(self, document: DocumentRecord, data: bytes) -> ParsedDocument:
+        """Parse as the document's collection says: OCR on or off, or as deployed."""
+        ocr = self.workspaces.ocr_of(document.collection_id)
+        if ocr is None or self.parse_with_ocr is None:
+            return self.parse(data, document.kind, document.filename)
+        return self.parse_with_ocr(data, document.kind, document.filename, ocr)
 
     def _boxed(self, document_id: int, data: bytes, chunks: list[ChunkSpan]) -> list[ChunkSpan]:
         """The passages with the boxes they cover on their pages; unboxed when that fails

@@ -7,6 +7,7 @@ import threading
 import unicodedata
 from pathlib import Path
 
+from retrieval.collections import DeletedCollection, Workspaces
 from retrieval.ingest import IngestWorker
 from retrieval.parsers import detect_kind
 from retrieval.records import DocumentRecord
@@ -101,3 +102,20 @@ class Library:
         if self.worker is not None:
             self.worker.index.remove(chunk_ids)
             self.worker.mark_dirty()
+
+    def delete_collection(self, workspaces: Workspaces, collection_id: int) -> DeletedCollection:
+        """Delete a collection and every document in it, as :meth:`delete` does one: rows
+        at once (an ingestion in progress stops at its next step, finding its document
+        gone), then its vectors from the index and the originals no other document names.
+
+        Raises ``CollectionMissing`` and ``CollectionInUse`` (retrieval.collections).
+        """
+        with self._files_lock:  # no upload of the same bytes elsewhere can interleave
+            deleted = workspaces.delete(collection_id)
+            for stored_name in deleted.stored_names:
+                if not self.store.stored_name_in_use(stored_name):
+                    self.files.delete(stored_name)
+        if self.worker is not None and len(deleted.chunk_ids):
+            self.worker.index.remove(deleted.chunk_ids)
+            self.worker.mark_dirty()
+        return deleted

@@ -278,3 +278,17 @@ def m020_chunk_boxes(db: sqlite_utils.Database) -> None:
     """Where each passage of a PDF stands on its page (JSON list of [x0, y0, x1, y1],
     fractions of the page; NULL: not a PDF, not found, or ingested before)."""
     db.execute("ALTER TABLE chunks ADD COLUMN boxes TEXT")
+
+
+@MIGRATIONS.add()
+def m021_collection_settings(db: sqlite_utils.Database) -> None:
+    """A collection as a workspace: what it holds (``description``), what the model is told
+    when answering from it (``instructions``), whether its scanned PDFs are read by OCR
+    (``ocr``: 1 on, 0 off, NULL the deployment's RAGDESK_OCR) and the chat model its
+    conversations default to (``default_model``: NULL the deployment's)."""
+    db.execute("ALTER TABLE collections ADD COLUMN description TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE collections ADD COLUMN instructions TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE collections ADD COLUMN ocr INTEGER CHECK (ocr IN (0, 1))")
+    db.execute("ALTER TABLE collections ADD COLUMN default_model TEXT")
+    db.execute("ALTER TABLE collections ADD COLUMN updated_at REAL")
+    db.execute("UPDATE collections SET updated_at = created_at")

@@ -204,7 +204,10 @@ def test_admin_pages_live_in_the_app_window_and_fit_it(
     """#26 item 6: /admin/sources (1040 px) and /admin/eval (1060 px) overflowed at 1024
     and were unusable at 390, outside the app window, each with its own sub-navigation."""
     page = _page(browser, server, "boss", width=width)
-    pages = ["/admin", "/admin/groups", "/admin/sources", "/admin/feedback", "/admin/eval"]
+    pages = [
+        "/admin", "/admin/groups", "/admin/sources", "/admin/feedback", "/admin/usage",
+        "/admin/eval",
+    ]  # fmt: skip
     for path in [*pages, "/account"]:
         page.goto(path)
         assert page.locator(".menubar").count() == 1, path  # the app's own menu bar

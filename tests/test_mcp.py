@@ -211,6 +211,18 @@ def test_ask_answers_from_the_documents_with_citations_and_audits_what_was_shown
     key = door.services.auth.keys.authenticate(door.keys["ann"])
     assert key is not None and key.key_id is not None
     assert [(r.document_id, r.key_id) for r in rows] == [(door.ids["a_doc"], key.key_id)]
+    # usage analytics count it as the MCP door's, for ann's key
+    usage = wait_for(
+        lambda: (
+            door.services.db.read()
+            .execute(
+                "SELECT channel, outcome, key_id FROM usage_events WHERE message_id = ?",
+                [stored[1].id],
+            )
+            .fetchall()
+        )
+    )
+    assert [tuple(row) for row in usage] == [("mcp", "answered", key.key_id)]
 
 
 def test_ask_within_named_collections_and_when_nothing_is_found(door: Door) -> None:

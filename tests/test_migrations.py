@@ -23,6 +23,7 @@ from app.config.settings import Settings
 from app.factory import create_app
 from app.migrations import OWNERS, open_database
 from app.sources.migrations import MIGRATIONS as SOURCES
+from app.usage.migrations import MIGRATIONS as USAGE
 from retrieval.db import Database
 from retrieval.migrations import MIGRATIONS as RETRIEVAL
 from retrieval.migrations import Migrations, apply_migrations
@@ -77,6 +78,7 @@ AUTH_TABLES = {
     "group_collections",
     "user_identities",
     "sso_logins",
+    "collection_audit",
 }
 CHAT_TABLES = {
     "conversations",
@@ -93,6 +95,10 @@ CHAT_TABLES = {
     "shared_answer_sources",
 }
 SOURCES_TABLES = {"sources", "source_files", "sync_claims", "sync_runs"}
+USAGE_TABLES = {
+    "usage_events", "usage_daily", "usage_monthly", "usage_question_vectors",
+    "usage_question_views",
+}  # fmt: skip
 # The migrations added since that release, in the order a release database runs them.
 SINCE_RELEASE = [m.name for owner in OWNERS for m in owner if not m.applied(set(OLD_NAMES))]
 
@@ -158,7 +164,7 @@ def test_retrieval_alone_creates_only_its_own_tables(tmp_path: Path) -> None:
 
 
 def test_each_owner_adds_its_own_tables_in_order(tmp_path: Path) -> None:
-    assert OWNERS == (RETRIEVAL, AUTH, CHAT, SOURCES)
+    assert OWNERS == (RETRIEVAL, AUTH, CHAT, SOURCES, USAGE)
     db = sqlite_utils.Database(sqlite3.connect(tmp_path / "r.db"))
     expected: set[str] = set()
     for migrations, owned in (
@@ -166,6 +172,7 @@ def test_each_owner_adds_its_own_tables_in_order(tmp_path: Path) -> None:
         (AUTH, AUTH_TABLES),
         (CHAT, CHAT_TABLES),
         (SOURCES, SOURCES_TABLES),
+        (USAGE, USAGE_TABLES),
     ):
         apply_migrations(db, migrations)
         expected |= owned
@@ -177,12 +184,18 @@ def test_a_fresh_database_gets_every_owners_migrations_once(tmp_path: Path) -> N
     path = fresh(tmp_path)
     with sqlite3.connect(path) as conn:
         assert tables(sqlite_utils.Database(conn)) == (
-            RETRIEVAL_TABLES | AUTH_TABLES | CHAT_TABLES | SOURCES_TABLES
+            RETRIEVAL_TABLES | AUTH_TABLES | CHAT_TABLES | SOURCES_TABLES | USAGE_TABLES
         )
     conn.close()
     applied = migration_rows(path)
     assert [name for name, _ in applied] == [m.name for owner in OWNERS for m in owner]
-    assert {name.split(".")[0] for name, _ in applied} == {"retrieval", "auth", "chat", "sources"}
+    assert {name.split(".")[0] for name, _ in applied} == {
+        "retrieval",
+        "auth",
+        "chat",
+        "sources",
+        "usage",
+    }
     open_database(path).close()  # reopening applies nothing
     assert migration_rows(path) == applied
 

@@ -167,3 +167,22 @@ def m018_groups_and_sso(db: sqlite_utils.Database) -> None:
         )"""
     )
     db.execute("ALTER TABLE sessions ADD COLUMN id_token TEXT")
+
+
+@MIGRATIONS.add()
+def m021_collection_audit(db: sqlite_utils.Database) -> None:
+    """Who created, renamed, changed or deleted which collection, and when. No foreign
+    keys: the record outlives the collection, user and key it names (the name is kept)."""
+    db.execute(
+        """CREATE TABLE collection_audit (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            collection_id INTEGER NOT NULL,
+            collection_name TEXT NOT NULL,
+            action TEXT NOT NULL,
+            detail TEXT NOT NULL DEFAULT '',
+            user_id INTEGER,
+            key_id INTEGER,
+            at REAL NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX collection_audit_collection ON collection_audit(collection_id, at)")

@@ -16,7 +16,7 @@ from app.chat.records import Citation, ShownSource, TurnContext
 from llm.answer_check import asks, passages_state_answer
 from llm.backend import Backend
 from llm.citations import MARKER, SENTENCE, attribute, cited_numbers, content_words
-from llm.prompt import DECLINE, Prompt, Source, Turn, build_prompt
+from llm.prompt import DECLINE, Guidance, Prompt, Source, Turn, build_prompt
 from llm.support import MIN_WORDS, Unsupported, declines, recite, unsupported_sentences
 from retrieval.display import excerpt
 from retrieval.types import Hit
@@ -76,10 +76,13 @@ class Grounding:
         history: Sequence[Turn] = (),
         earlier: Mapping[int, Citation] | None = None,
         answer_tokens: int,
+        guidance: Guidance = (),
     ) -> Grounding:
         """The prompt for ``question`` over ``hits`` after ``history``, fitted to the
         backend's context less ``answer_tokens``; ``earlier`` are the citations of the
-        sources earlier turns listed. Raises ``PromptTooLong`` and ``ChatTemplateFailed``."""
+        sources earlier turns listed; ``guidance``: the searched collections' instructions
+        (in the system text, neutralised like the sources). Raises ``PromptTooLong`` and
+        ``ChatTemplateFailed``."""
         sources = [Source(0, hit.title, hit.page, hit.text, key=hit.chunk_id) for hit in hits]
         prompt = build_prompt(
             backend.prompt_format,
@@ -88,6 +91,7 @@ class Grounding:
             history=list(history),
             token_budget=backend.context_tokens - answer_tokens,
             count_tokens=backend.count_tokens,
+            guidance=guidance,
         )
         shown = {**(earlier or {}), **{hit.chunk_id: citation_of(hit) for hit in hits}}
         return cls(prompt, shown)

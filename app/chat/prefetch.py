@@ -58,6 +58,7 @@ class Chat(Protocol):
         question: str,
         turns: list[tuple[Message, Message]],
         hits: list[Hit],
+        scope: frozenset[int] | None = None,
     ) -> Grounding: ...
 
 
@@ -184,7 +185,7 @@ class Prefetcher:
         hits = chat.retrieve(query, scope)
         if not hits:
             return None, None
-        grounding: Grounding = chat.grounding(backend, _QUESTION_MARK, turns, hits)
+        grounding: Grounding = chat.grounding(backend, _QUESTION_MARK, turns, hits, scope)
         text = grounding.prompt.text
         at = text.find(_QUESTION_MARK)
         return (text[:at].rstrip(" ") if at > 0 else None), backend

@@ -8,11 +8,12 @@ import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.conversations import Conversations
+from app.chat.finished import FinishedAnswer, FinishedListener, ListenerFactory
 from app.chat.prefetch import Prefetcher
 from app.chat.records import Citation, Conversation, Message, ShownSource, TurnContext
 from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
@@ -32,6 +33,7 @@ from llm.prompt import PromptTooLong, Source, Turn, demonstrated
 from llm.registry import Registry
 from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
+from retrieval.collections import Workspaces
 from retrieval.focus import focus
 from retrieval.followup import conversation_query
 from retrieval.search import Retriever
@@ -118,6 +120,12 @@ class _Progress:
     grounding: Grounding | None = None  # the prompt's sources: what a stopped answer cites
     on_stored: Callable[[Message], None] | None = None  # e.g. the audit of shown sources
     settling: asyncio.Future[Message] | None = None  # the complete answer being stored
+    # For whoever listens once it has finished (usage analytics: app/chat/finished.py).
+    started: float = field(default_factory=time.monotonic)
+    first_text: float | None = None
+    model: str = ""
+    usage: Usage | None = None
+    document_ids: tuple[int, ...] = ()
 
 
 def clean_question(raw: str) -> str:
@@ -141,9 +149,11 @@ class ChatService:
         self.retriever = retriever
         self.models = models
         self.config = config
+        self.workspaces = Workspaces(conversations.db)  # instructions and default models
         self._answering: set[int] = set()
         self.running = RunningAnswers()  # what the Stop button can cancel
         self.prefetcher = Prefetcher(self, enabled=config.prefetch)
+        self.on_finished: ListenerFactory | None = None  # e.g. app.usage's recorder
 
     def ask(
         self, question: str, conversation_id: int | None, owner: int | None = None
@@ -175,17 +185,29 @@ class ChatService:
             return
         self._answering.add(question.id)
         progress = _Progress(on_stored=on_stored)
+        listener = self._listener()  # made now: it captures who asks, and by which door
+        done: Message | None = None
+        failed = False
         try:
             # aclosing: the inner generator records what was said before we look below.
             async with aclosing(self._generate(question, progress)) as events:
                 async for event in events:
+                    if isinstance(event, TokenEvent) and progress.first_text is None:
+                        progress.first_text = time.monotonic()
+                    elif isinstance(event, DoneEvent):
+                        done = event.message
                     yield event
         except StopRequested:  # the Stop button: store what was said and show it at once
             partial, progress.partial = progress.partial or "", None
             checked = (_cited_as_written(progress, partial), ())
-            stored = await self._save(question, stopped_text(partial), progress, checked)
-            yield DoneEvent(stored)
+            done = await self._save(question, stopped_text(partial), progress, checked)
+            yield DoneEvent(done)
+        except Exception:
+            failed = True
+            raise
         finally:
+            if listener is not None:
+                _tell(listener, question, progress, done, failed=failed)
             self.running.forget(question.id)
             settling = progress.settling
             if progress.partial is not None:  # the client left: keep what was said, cut short
@@ -279,8 +301,11 @@ class ChatService:
             return
         key = f"conversation:{question.conversation_id}"
         model = await asyncio.to_thread(self.model_for, question.conversation_id)
+        progress.model, progress.document_ids = model, tuple(h.document_id for h in hits)
         backend = await asyncio.to_thread(self.models.get, model, key)
-        grounding = await asyncio.to_thread(self.grounding, backend, question.content, turns, hits)
+        grounding = await asyncio.to_thread(
+            self.grounding, backend, question.content, turns, hits, scope
+        )
         progress.grounding = grounding
         yield ReadingEvent(tuple(grounding.reading()), query)
         prompt = grounding.prompt
@@ -314,7 +339,7 @@ class ChatService:
                 elif event.reason == "error":
                     raise from_engine(BackendFailed(event.error or "generation failed"))
                 else:
-                    usage = event.usage
+                    usage = progress.usage = event.usage
             completed = True
             if prefetched:
                 self.prefetcher.count("used", usage.cached_tokens if usage else 0)
@@ -354,6 +379,15 @@ class ChatService:
         repeated = stored.content in earlier
         yield DoneEvent(stored, looped=guard.repeated, usage=usage, repeated=repeated)
 
+    def _listener(self) -> FinishedListener | None:
+        if self.on_finished is None:
+            return None
+        try:
+            return self.on_finished()
+        except Exception:  # analytics never fail an answer
+            log.exception("could not start recording an answer's usage")
+            return None
+
     def _sampling(self, *, again: bool) -> dict[str, Any]:
         """How the answer is sampled: as configured (greedy by default), or, written
         again (Regenerate), at least at REGENERATE_TEMPERATURE with a fresh seed, since a
@@ -365,8 +399,11 @@ class ChatService:
 
     def model_for(self, conversation_id: int) -> str:
         """The conversation's chosen model while chat offers it and the registry serves
-        it; otherwise the configured one."""
+        it; else the default model of the collections it is scoped to, when they agree on
+        one that is still offered and served; otherwise the configured one."""
         chosen = self.conversations.chosen_model(conversation_id)
+        if chosen is None:
+            chosen = self.scope_default_model(self.conversations.scope_of(conversation_id))
         if chosen is None:
             return self.config.model
         try:
@@ -375,15 +412,34 @@ class ChatService:
             return self.config.model
         return chosen
 
+    def scope_default_model(self, scope: frozenset[int] | None) -> str | None:
+        """The one default model the collections of ``scope`` set (None when they set none
+        or disagree, or it is no longer offered in chat: the admin's offer list rules)."""
+        models = self.workspaces.default_models(scope or ())
+        if len(models) != 1:
+            return None
+        model = models.pop()
+        offers = self.conversations.db.read().execute(
+            "SELECT 1 FROM chat_model_offers WHERE name = ?", [model]
+        )
+        return model if model == self.config.model or offers.fetchone() else None
+
+    def guidance(self, scope: frozenset[int] | None) -> list[tuple[str, str]]:
+        """The instructions of the collections a conversation is scoped to, by name (an
+        unscoped conversation searches everything the asker may read: none apply)."""
+        return self.workspaces.instructions_for(scope or ())
+
     def grounding(
         self,
         backend: Backend,
         question: str,
         turns: list[tuple[Message, Message]],
         hits: list[Hit],
+        scope: frozenset[int] | None = None,
     ) -> Grounding:
         """This turn's prompt after the earlier turns, which repeat the sources they were
-        shown (so their numbers stay citable)."""
+        shown (so their numbers stay citable), with the instructions of the collections
+        of ``scope`` (the conversation's)."""
         earlier = {
             s.citation.chunk_id: s.citation
             for _, answered in turns
@@ -398,6 +454,7 @@ class ChatService:
                 history=[_turn(asked, answered) for asked, answered in turns],
                 earlier=earlier,
                 answer_tokens=self.config.max_answer_tokens,
+                guidance=self.guidance(scope),
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc
@@ -419,6 +476,49 @@ class ChatService:
         if progress.on_stored is not None:
             progress.on_stored(stored)
         return stored
+
+
+def _tell(
+    listener: FinishedListener,
+    question: Message,
+    progress: _Progress,
+    done: Message | None,
+    *,
+    failed: bool,
+) -> None:
+    """Tell ``listener`` how the answer ended, in a worker thread; an answer whose client
+    left during the check is told once it is stored."""
+    settling = progress.settling
+    if done is None and not failed and progress.partial is None and settling is not None:
+        if not settling.done():
+            settling.add_done_callback(
+                lambda _: _tell(listener, question, progress, None, failed=False)
+            )
+            return
+        if not settling.cancelled() and settling.exception() is None:
+            done = settling.result()
+    stopped = progress.partial is not None
+    if done is not None:
+        answer: str | None = done.content
+    else:
+        answer = stopped_text(progress.partial or "") if stopped else None
+    now = time.monotonic()
+    finished = FinishedAnswer(
+        question=question.content,
+        answer=answer,
+        model=progress.model,
+        ttft_s=None if progress.first_text is None else progress.first_text - progress.started,
+        total_s=now - progress.started,
+        usage=progress.usage,
+        document_ids=progress.document_ids,
+        message_id=done.id if done is not None else None,
+        failed=failed or answer is None,
+        stopped=stopped,
+    )
+    try:
+        asyncio.get_running_loop().run_in_executor(None, listener, finished)
+    except RuntimeError:  # no loop (a generator closed by the garbage collector)
+        listener(finished)
 
 
 def _cited_as_written(progress: _Progress, partial: str) -> tuple[Citation, ...]:

@@ -38,6 +38,7 @@ from app.mcp_door.limits import (
 from app.mcp_door.results import Answer, Collections, Documents, PageText, SearchResults
 from app.mcp_door.tools import Caller, McpTools
 from app.state import Services
+from app.usage.events import set_channel
 
 T = TypeVar("T")
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
@@ -131,6 +132,7 @@ def caller(ctx: Context, services: Services) -> Caller:
     if not isinstance(principal, Principal):  # the mount's guards let no one else through
         raise NoCaller("send an API key as 'Authorization: Bearer'")
     set_access(Access(principal, services.auth.members.readable(principal)))
+    set_channel("mcp")  # its answers count as the MCP door's in usage analytics
     url = request.url  # type: ignore[union-attr]
     return Caller(principal, f"{url.scheme}://{url.netloc}")
 

@@ -17,9 +17,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import MediaType, Request, Response
@@ -29,6 +29,7 @@ from litestar.response.sse import ServerSentEventMessage
 from app.auth.access import readable_collections, request_audit
 from app.auth.guards import may_load_any_model
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
+from app.chat.finished import FinishedAnswer, FinishedListener
 from app.openai.errors import OpenAIError, error_body
 from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
 from app.openai.schemas import (
@@ -45,14 +46,16 @@ from app.openai.schemas import (
 )
 from app.schemas import CitationOut, UnsupportedOut
 from app.state import Services
+from app.usage.events import UsageRecorder, set_channel
 from llm.backend import Backend
 from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
-from llm.params import TextDelta
+from llm.params import TextDelta, Usage
 from llm.prompt import PromptTooLong, Turn
 from retrieval.followup import conversation_query
 from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RAG_MODEL = "rag"
 RAG_PREFIX = "rag:"
@@ -123,6 +126,7 @@ class _Grounded:
     hits: list[Hit]
     answer_tokens: int
     query: str  # what retrieval searched for
+    guidance: list[tuple[str, str]] = field(default_factory=list)  # named collections'
     grounding: Grounding | None = None
 
     def prompt_for(self, backend: Backend) -> ChatPrompt:
@@ -133,6 +137,7 @@ class _Grounded:
                 hits=self.hits,
                 history=self.history,
                 answer_tokens=self.answer_tokens,
+                guidance=self.guidance,
             )
         except PromptTooLong as exc:
             raise OpenAIError(str(exc), param="messages", code="context_length_exceeded") from exc
@@ -197,12 +202,19 @@ async def grounded_completion(
     chat = services.require_chat()
     ids = await asyncio.to_thread(_collection_ids, services, data)
     question, history = _question_and_history(messages)
+    set_channel("v1")
+    recorded = _Usage(UsageRecorder(services.db).listener(), question)
     query = conversation_query([turn.question for turn in history] + [question])
     hits = await asyncio.to_thread(chat.retrieve, query, ids)
     if not hits:  # as chat does: no source, no model
+        await recorded.finished(NOTHING_FOUND, "", None)
         return _nothing_found(data, query)
+    recorded.document_ids = tuple(hit.document_id for hit in hits)
     answer_tokens = data.max_completion_tokens or data.max_tokens or chat.config.max_answer_tokens
-    grounding = _Grounded(question, history, hits, answer_tokens, query)
+    # The instructions of the collections the request named (``rag:<name>``), as for a
+    # conversation scoped to them in chat; a question over everything gets none.
+    guidance = await asyncio.to_thread(chat.guidance, ids)
+    grounding = _Grounded(question, history, hits, answer_tokens, query, guidance)
     model = (
         chat.config.model
         if data.model == RAG_MODEL or data.model.startswith(RAG_PREFIX)
@@ -210,22 +222,25 @@ async def grounded_completion(
     )
     temperature = chat.config.temperature if data.temperature is None else data.temperature
     sampling = msgspec.structs.replace(data, model=model, temperature=temperature)
-    started = await start(
-        services,
-        sampling,
-        grounding.prompt_for,
-        max_tokens=answer_tokens,
-        response_format=data.response_format,
-        prefix="chatcmpl",
-        may_load_any=may_load_any_model(request),
+    started = await recorded.failing(
+        start(
+            services,
+            sampling,
+            grounding.prompt_for,
+            max_tokens=answer_tokens,
+            response_format=data.response_format,
+            prefix="chatcmpl",
+            may_load_any=may_load_any_model(request),
+        )
     )
     assert grounding.grounding is not None  # start() built the prompt
     await asyncio.to_thread(request_audit(services.auth), started.id, grounding.grounding.listed())
     if data.stream:
         usage = data.stream_options is not None and data.stream_options.include_usage
-        return ServerSentEvent(_chunks(started, grounding, include_usage=usage))
-    text, done = await collect(started, request)
+        return ServerSentEvent(_chunks(started, grounding, recorded, include_usage=usage))
+    text, done = await recorded.failing(collect(started, request))
     cited = grounding.cite(text)
+    await recorded.finished(cited.answer, done.model, done.usage)
     message = GroundedMessageOut(
         cited.answer,
         citations=cited.citations,
@@ -267,7 +282,7 @@ async def _nothing_found_chunks(
 
 
 async def _chunks(
-    started: Started, grounding: _Grounded, *, include_usage: bool
+    started: Started, grounding: _Grounded, recorded: _Usage, *, include_usage: bool
 ) -> AsyncIterator[ServerSentEventMessage]:
     created = int(time.time())
     first = [ChunkChoice(0, Delta(role="assistant", content=""))]
@@ -275,11 +290,13 @@ async def _chunks(
     parts: list[str] = []
     async for event in started.events():
         if isinstance(event, TextDelta):
+            recorded.first_text()
             parts.append(event.text)
             choices = [ChunkChoice(0, Delta(content=event.text))]
             yield _sse(ChatChunk(started.id, created, started.model, choices))
         elif event.reason == "error":
             error = failed(event)
+            await recorded.finished(None, started.model, None)
             yield _sse(error_body(error.status, error.message, None, None))
             return
         else:
@@ -288,6 +305,7 @@ async def _chunks(
             # miscited sentence is flagged rather than re-pointed), so each [n] it shows
             # is listed, and every answer position maps back to a streamed one.
             cited = grounding.cite(streamed, repoint=False)
+            await recorded.finished(cited.answer, event.model, event.usage)
             last = [ChunkChoice(0, Delta(), FINISH_REASONS[event.reason])]
             yield _sse(
                 GroundedChunk(
@@ -305,3 +323,41 @@ async def _chunks(
                 usage = usage_out(event.usage)
                 yield _sse(ChatChunk(started.id, created, event.model, [], usage))
     yield ServerSentEventMessage(data="[DONE]")
+
+
+class _Usage:
+    """The usage event of one grounded answer (app/usage): who asked is captured when the
+    request starts; the event is written in a worker thread when it ends, once."""
+
+    def __init__(self, listener: FinishedListener, question: str) -> None:
+        self.listener, self.question = listener, question
+        self.started = time.monotonic()
+        self.first: float | None = None
+        self.document_ids: tuple[int, ...] = ()
+        self.told = False
+
+    def first_text(self) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+
+    async def failing(self, work: Awaitable[T]) -> T:
+        """``work``'s result; an answer that fails on the way is recorded as failed."""
+        try:
+            return await work
+        except Exception:
+            await self.finished(None, "", None)
+            raise
+
+    async def finished(self, answer: str | None, model: str, usage: Usage | None) -> None:
+        if self.told:
+            return
+        self.told = True
+        now = time.monotonic()
+        ttft = now - self.started if answer == NOTHING_FOUND else None
+        if self.first is not None:
+            ttft = self.first - self.started
+        finished = FinishedAnswer(
+            self.question, answer, model, ttft, now - self.started, usage,
+            self.document_ids, failed=answer is None,
+        )  # fmt: skip
+        await asyncio.to_thread(self.listener, finished)

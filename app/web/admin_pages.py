@@ -17,9 +17,11 @@ from app.auth.passwords import generate_password
 from app.auth.principal import Principal, Role
 from app.auth.users import AccountError
 from app.chat.local_models import ChatModels, ModelError
+from app.documents import workspaces
 from app.errors import NotFound, UnprocessableInput
 from app.state import Services
 from app.web.ui_context import served_models
+from retrieval.collections import Workspaces
 
 ADMIN = {"admin": True}
 
@@ -181,7 +183,7 @@ class AdminPages(Controller):
         collection = _text(form, "collection", 100)
         if user is None or not collection:
             raise UnprocessableInput("give an existing user and a collection name")
-        collection_id = await asyncio.to_thread(services.store.ensure_collection, collection)
+        collection_id = await asyncio.to_thread(_collection_for_member, request, collection)
         write = form.get("can_write") == "on"
         await asyncio.to_thread(services.auth.members.add, collection_id, user.id, can_write=write)
         return Redirect("/admin", status_code=303)
@@ -209,3 +211,14 @@ class AdminPages(Controller):
         except ModelError as exc:
             raise UnprocessableInput(str(exc)) from None
         return Redirect("/admin", status_code=303)
+
+
+def _collection_for_member(request: Request[Any, Any, Any], name: str) -> int:
+    """The collection named (regardless of case), or a new one: created as "New
+    collection" creates it (name checked, audited)."""
+    services = _services(request)
+    found = Workspaces(services.db).by_name(name)
+    if found is not None:
+        return found.id
+    made, _ = workspaces.create(workspaces.Desk.of(services), _principal(request), name)
+    return made.id

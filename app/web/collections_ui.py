@@ -25,6 +25,7 @@ from app.web.document_views import (
     original_file_head,
 )
 from app.web.ui_context import shell_context, upload_context
+from retrieval.collections import Workspaces
 from retrieval.records import DocumentRecord
 from retrieval.store import DocumentGone
 from retrieval.types import DocumentStatus
@@ -125,6 +126,7 @@ class CollectionsUi(Controller):
                 **shell_context(services, None),
                 **table,
                 **upload_context(services, collection_id),
+                "workspace": Workspaces(services.db).get(collection_id),
             }
 
         return Template("collection.html", context=await asyncio.to_thread(context))

@@ -26,6 +26,7 @@ def serve(memory_bytes: int, cpu_seconds: int, ocr_settings: dict[str, Any] | No
     # A cap on the address space turns a decompression bomb into a MemoryError here.
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     stdin, stdout = sys.stdin.buffer, _frames_out()
+    by_default = bool((ocr_settings or {}).pop("by_default", True))
     ocr = _ocr_options(ocr_settings, stdout, cpu_seconds)
     _write(stdout, READY)  # imports done: the parent knows the child can work
     while (header := _read_frame(stdin)) is not None:
@@ -36,8 +37,13 @@ def serve(memory_bytes: int, cpu_seconds: int, ocr_settings: dict[str, Any] | No
             _write(stdout, json.dumps(_page_work(request, data)).encode())
             continue
         try:
+            # A collection's switch ("ocr") overrides the deployment's default for its files.
+            reads_scans = request.get("ocr", by_default) is True
             document = parse_document(
-                data, DocumentKind(request["kind"]), request["filename"], ocr=ocr
+                data,
+                DocumentKind(request["kind"]),
+                request["filename"],
+                ocr=ocr if reads_scans else None,
             )
             if sum(len(b.text) for page in document.pages for b in page.blocks) > MAX_TEXT_CHARS:
                 raise ParseError(f"the document holds more than {MAX_TEXT_CHARS:,} characters")

@@ -59,10 +59,14 @@ class IsolatedParser:
         memory_bytes: int = 2 << 30,
         processes: int = 2,
         ocr: OcrOptions | None = None,
+        ocr_on_request: OcrOptions | None = None,
     ):
         self.timeout_s = timeout_s
         self.memory_bytes = memory_bytes
-        self.ocr = ocr  # None: scanned pages are not read
+        self.ocr = ocr  # None: scanned pages are not read (unless a parse asks for OCR)
+        # How a parse that asks for OCR (a collection's switch) reads scanned pages when
+        # the deployment's default is off; None: such a parse reads none either.
+        self.ocr_on_request = ocr or ocr_on_request
         self.problem: str | None = None  # why a child cannot start, for health checks
         self._children = [_Child() for _ in range(max(1, processes))]
         self._idle = list(self._children)
@@ -72,6 +76,14 @@ class IsolatedParser:
     def parse(self, data: bytes, kind: DocumentKind, filename: str) -> ParsedDocument:
         """Parse in a child. Raises ParseError (the file's fault) or ParserUnavailable."""
         reply = self._ask({"kind": kind.value, "filename": filename}, data)
+        return _decode(reply)
+
+    def parse_with_ocr(
+        self, data: bytes, kind: DocumentKind, filename: str, ocr: bool
+    ) -> ParsedDocument:
+        """:meth:`parse` with OCR of scanned pages on or off for this file, whatever the
+        default (a collection's switch: ``retrieval.collections``)."""
+        reply = self._ask({"kind": kind.value, "filename": filename, "ocr": ocr}, data)
         return _decode(reply)
 
     def passage_boxes(self, data: bytes, passages: list[tuple[int, str]]) -> list[list[Box]]:
@@ -129,8 +141,8 @@ class IsolatedParser:
             _write_frame(process.stdin, json.dumps(header).encode())
             _write_frame(process.stdin, data)
             reply: dict[str, Any] = json.loads(_read_frame(process.stdout, deadline))
-            if "ocr_pages" in reply and self.ocr is not None:
-                extra = self.ocr.time_for(int(reply["ocr_pages"]))
+            if "ocr_pages" in reply and self.ocr_on_request is not None:
+                extra = self.ocr_on_request.time_for(int(reply["ocr_pages"]))
                 budget += extra
                 deadline += extra
                 reply = json.loads(_read_frame(process.stdout, deadline))
@@ -155,7 +167,12 @@ class IsolatedParser:
             return child.process
         child.kill()
         try:
-            process = child.start(self.memory_bytes, math.ceil(self.timeout_s) + 5, self.ocr)
+            process = child.start(
+                self.memory_bytes,
+                math.ceil(self.timeout_s) + 5,
+                self.ocr_on_request,
+                by_default=self.ocr is not None,
+            )
         except (OSError, EOFError, ValueError, TimeoutError) as exc:
             child.kill()
             self.problem = f"the parser process does not start ({type(exc).__name__})"
@@ -174,9 +191,12 @@ class _Child:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(
-        self, memory_bytes: int, cpu_seconds: int, ocr: OcrOptions | None
+        self, memory_bytes: int, cpu_seconds: int, ocr: OcrOptions | None, *, by_default: bool
     ) -> subprocess.Popen[bytes]:
-        limits = [str(memory_bytes), str(cpu_seconds), json.dumps(encode_ocr(ocr))]
+        encoded = encode_ocr(ocr)
+        if encoded is not None and not by_default:
+            encoded["by_default"] = False  # read scanned pages only when a parse asks
+        limits = [str(memory_bytes), str(cpu_seconds), json.dumps(encoded)]
         process = subprocess.Popen(
             [sys.executable, "-m", "retrieval.parsers.child", *limits],
             stdin=subprocess.PIPE,

@@ -125,8 +125,11 @@ class IngestSettings(Section):
 
     def ocr_options(self) -> OcrOptions | None:
         """How the parser processes read scanned pages; None when OCR is off."""
-        if not self.ocr:
-            return None
+        return self.ocr_tuning() if self.ocr else None
+
+    def ocr_tuning(self) -> OcrOptions:
+        """How scanned pages are read when OCR runs: by default (``ocr``) or for the files
+        of a collection whose own switch turns it on."""
         return OcrOptions(
             threads=self.ocr_threads,
             max_pages=self.ocr_max_pages,
