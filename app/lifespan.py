@@ -154,7 +154,8 @@ def _load_chat(services: Services, retriever: Retriever, models: Registry) -> Ch
         services.conversations, retriever, models, ChatConfig.from_settings(services.settings)
     )
     chat.prefetcher.count = services.metrics.prefetched
-    chat.on_finished = UsageRecorder(services.db).listener  # one usage event per answer
+    # one usage event per answer; unanswered questions embedded for the content gaps
+    chat.on_finished = UsageRecorder(services.db, retriever.embedder).listener
     return chat
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
@@ -24,6 +25,7 @@ from app.usage.period import parse_period
 from app.usage.report import build_report
 from app.usage.rollups import percentile, rebuild
 from llm.params import Usage
+from retrieval.embedder import HashingEmbedder, Vectors
 from tests.conftest import (
     TEST_USER,
     add_key,
@@ -91,6 +93,8 @@ def test_answers_record_events_with_outcome_timing_and_tokens(client: TestClient
     fake_model(client).enqueue([INVENTED])
     assert chat_done(client, "Is the canteen open at noon on weekends?")["answer"] == WITHHELD
     assert recorded(client, 3)[-1]["outcome"] == "withheld"
+    # the two unanswered questions were embedded as they were recorded, for the gaps
+    wait_for(lambda: _count(client, "usage_question_vectors") == 2)
 
     key = add_key(client)  # the same service path through an API key: the "api" channel
     client.cookies.clear()
@@ -98,6 +102,11 @@ def test_answers_record_events_with_outcome_timing_and_tokens(client: TestClient
     by_key = recorded(client, 4)[-1]
     assert by_key["channel"] == "api" and by_key["key_id"] is not None
     assert by_key["user_id"] == admin.id
+
+
+def _count(client: TestClient[Any], table: str) -> int:
+    db = client.app.state.services.db
+    return int(db.read().execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
 def test_grounded_v1_answers_are_recorded_as_v1(client: TestClient[Any]) -> None:
@@ -323,6 +332,32 @@ def test_gaps_put_paraphrases_together(client: TestClient[Any]) -> None:
                     at=NOON + 20)  # fmt: skip
     later = client.get("/api/usage/gaps?from=2026-12-03&to=2026-12-03").json()
     assert [gap["count"] for gap in later["gaps"]] == [3, 2, 2]
+
+
+def test_unanswered_questions_are_embedded_when_recorded_so_no_view_waits(
+    client: TestClient[Any],
+) -> None:
+    services = client.app.state.services
+    embedder = CountingEmbedder()
+    recorder = UsageRecorder(services.db, embedder)
+    asker = Asker(None, None, "api")
+    recorder.record(asker, _finished("Where  is the  gym?", NOTHING_FOUND, 0, 0), at=NOON)
+    recorder.record(asker, _finished("Is lunch free?", "Lunch is free [1].", 0, 0), at=NOON + 1)
+    recorder.record(asker, _finished("bonus?", WITHHELD, 0, 0), at=NOON + 2)
+    assert embedder.texts == ["Where is the gym?", "bonus?"]  # the unanswered, as grouped
+    found = GapFinder(services.db, embedder).find(parse_period(None, "2026-12-03", "2026-12-03"))
+    assert sorted(gap.question for gap in found.gaps) == ["Where is the gym?", "bonus?"]
+    assert embedder.texts == ["Where is the gym?", "bonus?"]  # the view embedded nothing
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        self.texts.extend(texts)
+        return super().embed_batch(texts)
 
 
 def test_recording_never_fails_an_answer(client: TestClient[Any]) -> None:

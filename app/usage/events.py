@@ -20,9 +20,11 @@ from app.auth.scope import current_access
 from app.chat.answering import NO_ANSWER, NOT_STATED, NOTHING_FOUND, WITHHELD
 from app.chat.finished import FinishedAnswer, FinishedListener
 from app.chat.stopping import STOPPED
+from app.usage.gaps import remember_unanswered
 from app.usage.rollups import EventFacts, merge_into, tally_events
 from llm.support import declines
 from retrieval.db import Database
+from retrieval.embedder import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +86,12 @@ def day_of(at: float) -> str:
 
 
 class UsageRecorder:
-    """Writes usage events and their rollups."""
+    """Writes usage events and their rollups; with an ``embedder``, also the vector of
+    each unanswered question, for the content gaps (``app.usage.gaps``)."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, embedder: Embedder | None = None):
         self.db = db
+        self.embedder = embedder
 
     def listener(self) -> FinishedListener:
         """For the chat service: called in the request, it captures the asker."""
@@ -97,11 +101,13 @@ class UsageRecorder:
     def record(self, asker: Asker, finished: FinishedAnswer, at: float | None = None) -> None:
         """Store the event; logs and returns on any failure (never raises)."""
         try:
-            self._write(asker, finished, time.time() if at is None else at)
+            outcome = self._write(asker, finished, time.time() if at is None else at)
+            if outcome in ("declined", "withheld") and self.embedder is not None:
+                remember_unanswered(self.db, self.embedder, finished.question)
         except Exception:
             log.exception("could not record a usage event")
 
-    def _write(self, asker: Asker, finished: FinishedAnswer, at: float) -> None:
+    def _write(self, asker: Asker, finished: FinishedAnswer, at: float) -> Outcome:
         outcome = outcome_of(finished.answer, failed=finished.failed, stopped=finished.stopped)
         usage = finished.usage
         with self.db.write() as db:
@@ -133,6 +139,7 @@ class UsageRecorder:
                  finished.question],
             )  # fmt: skip
             merge_into(conn, tally_events([facts]))
+        return outcome
 
 
 def _groups_of(conn: sqlite3.Connection, user_id: int | None) -> tuple[int, ...]:

@@ -2,11 +2,12 @@
 period, grouped by meaning with the app's own embedder, biggest group first: what to
 write next.
 
-Each distinct question is embedded once and its vector kept (``usage_question_vectors``,
-per embedding model), and a grouping is cached in memory until a new event arrives, so
-the page stays fast. Work is bounded: the :data:`MAX_QUESTIONS` most asked distinct
-wordings of the period are grouped (the first view of a period embeds those not seen
-before: about a minute for a thousand new wordings on 2 busy cores; then milliseconds).
+Each distinct question is embedded once, when its event is recorded
+(:func:`remember_unanswered`), and its vector kept (``usage_question_vectors``, per
+embedding model); a grouping is cached in memory until a new event arrives, so the page
+stays fast. Work is bounded: the :data:`MAX_QUESTIONS` most asked distinct wordings of the
+period are grouped. Wordings recorded before their vector was (events from before this
+was built, or a changed embedding model) are embedded at the first view, once.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class GapFinder:
         count = 0
         for question, outcome, at in rows:
             count += 1
-            text = _SPACES.sub(" ", str(question)).strip()
+            text = wording(str(question))
             found = asked.setdefault(text.casefold(), _Asked(text, last_at=float(at)))
             found.count += 1
             if outcome == "declined":
@@ -142,37 +143,50 @@ class GapFinder:
         return asked, count
 
     def _vectors(self, texts: list[str]) -> np.ndarray:
-        """Each text's vector: from the store, else embedded now (and stored)."""
-        hashes = [_hash(t) for t in texts]
-        known: dict[str, np.ndarray] = {}
-        conn = self.db.read().conn
-        for start in range(0, len(hashes), 500):
-            part = hashes[start : start + 500]
-            marks = ", ".join("?" for _ in part)
-            for question_hash, blob in conn.execute(
-                "SELECT question_hash, vector FROM usage_question_vectors"  # noqa: S608
-                f" WHERE model_id = ? AND question_hash IN ({marks})",
-                [self.model_id, *part],
-            ):
-                known[str(question_hash)] = np.frombuffer(blob, dtype=np.float32)
-        missing = [i for i, h in enumerate(hashes) if h not in known]
-        for start in range(0, len(missing), 64):
-            batch = missing[start : start + 64]
-            embedded = np.asarray(self.embedder.embed_batch([texts[i] for i in batch]), np.float32)
-            with self.db.write() as db:
-                db.conn.executemany(
-                    "INSERT OR REPLACE INTO usage_question_vectors"
-                    " (question_hash, model_id, vector) VALUES (?, ?, ?)",
-                    [
-                        (hashes[i], self.model_id, embedded[n].tobytes())
-                        for n, i in enumerate(batch)
-                    ],
-                )
-            for n, i in enumerate(batch):
-                known[hashes[i]] = embedded[n]
-        matrix = np.stack([known[h] for h in hashes]).astype(np.float32)
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        return matrix / np.where(norms > 0, norms, 1.0)
+        return question_vectors(self.db, self.embedder, texts)
+
+
+def wording(question: str) -> str:
+    """A question as the gaps group it: spacing made plain (case kept for display)."""
+    return _SPACES.sub(" ", question).strip()
+
+
+def remember_unanswered(db: Database, embedder: Embedder, question: str) -> None:
+    """Embed and keep an unanswered question's vector as its event is recorded (one short
+    text: milliseconds, in the recorder's thread), so no view of the gaps waits for it."""
+    question_vectors(db, embedder, [wording(question)])
+
+
+def question_vectors(db: Database, embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """Each text's vector, normalised: from the store, else embedded now (and stored)."""
+    model_id = str(getattr(embedder, "model_id", "unknown"))
+    hashes = [_hash(t) for t in texts]
+    known: dict[str, np.ndarray] = {}
+    conn = db.read().conn
+    for start in range(0, len(hashes), 500):
+        part = hashes[start : start + 500]
+        marks = ", ".join("?" for _ in part)
+        for question_hash, blob in conn.execute(
+            "SELECT question_hash, vector FROM usage_question_vectors"  # noqa: S608
+            f" WHERE model_id = ? AND question_hash IN ({marks})",
+            [model_id, *part],
+        ):
+            known[str(question_hash)] = np.frombuffer(blob, dtype=np.float32)
+    missing = [i for i, h in enumerate(hashes) if h not in known]
+    for start in range(0, len(missing), 64):
+        batch = missing[start : start + 64]
+        embedded = np.asarray(embedder.embed_batch([texts[i] for i in batch]), np.float32)
+        with db.write() as writer:
+            writer.conn.executemany(
+                "INSERT OR REPLACE INTO usage_question_vectors"
+                " (question_hash, model_id, vector) VALUES (?, ?, ?)",
+                [(hashes[i], model_id, embedded[n].tobytes()) for n, i in enumerate(batch)],
+            )
+        for n, i in enumerate(batch):
+            known[hashes[i]] = embedded[n]
+    matrix = np.stack([known[h] for h in hashes]).astype(np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms > 0, norms, 1.0)
 
 
 def _hash(text: str) -> str:
