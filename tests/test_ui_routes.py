@@ -378,3 +378,26 @@ def test_each_answer_shows_the_collections_it_searched(client: TestClient[Any]) 
     assert page.count("Searched in default") == 1  # the first searched everything
     api = client.get(f"/api/conversations/{conversation}").json()["messages"]
     assert [m.get("scope") for m in api if m["role"] == "assistant"] == [None, ["default"]]
+
+
+def test_searched_in_names_only_collections_the_asker_may_still_read(
+    client: TestClient[Any],
+) -> None:
+    """#30 review: a conversation scoped to a collection its owner has since lost was
+    not searched in it, and must not name it either."""
+    indexed_document(client)
+    services = client.app.state.services
+    secret = services.store.ensure_collection("secret-board-minutes")
+    ann = add_user(client, "ann")
+    services.auth.members.add(services.collection_id, ann.id)
+    client.cookies.clear()
+    login(client, "ann")
+    model = fake_model(client)
+    model.enqueue(["Noon [1]."])
+    conversation = ask(client, "When does the canteen open?")
+    services.conversations.set_scope(conversation, [services.collection_id, secret])
+    model.enqueue(["Six [1]."])
+    ask(client, "When does the canteen close?", conversation)
+    answers = [m for m in services.conversations.messages(conversation) if m.role == "assistant"]
+    assert answers[-1].context is not None and answers[-1].context.scope == ("default",)
+    assert "secret-board-minutes" not in client.get(f"/c/{conversation}").text

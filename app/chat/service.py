@@ -11,6 +11,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.auth.scope import readable_now
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.conversations import Conversations
 from app.chat.finished import FinishedAnswer, FinishedListener, ListenerFactory
@@ -282,8 +283,12 @@ class ChatService:
         turns = await asyncio.to_thread(self.conversations.turns_before, question)
         query = conversation_query([asked.content for asked, _ in turns] + [question.content])
         hits = await asyncio.to_thread(self.retrieve, query, scope)
+        # "Searched in" names what was searched: the scope as narrowed for this asker (a
+        # collection they may no longer read is neither searched nor named).
         searched_in = (
-            None if scope is None else await asyncio.to_thread(self.conversations.names_of, scope)
+            None
+            if scope is None
+            else await asyncio.to_thread(self.conversations.names_of, readable_now(scope) or ())
         )
         earlier = await asyncio.to_thread(self.conversations.earlier_answers, question)
         if not hits:
