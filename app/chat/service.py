@@ -186,7 +186,7 @@ class ChatService:
             return
         self._answering.add(question.id)
         progress = _Progress(on_stored=on_stored)
-        listener = self._listener()  # made now: it captures who asks, and by which door
+        listener = self.finished_listener()  # made now: it captures who asks, and by which door
         done: Message | None = None
         failed = False
         try:
@@ -384,7 +384,9 @@ class ChatService:
         repeated = stored.content in earlier
         yield DoneEvent(stored, looped=guard.repeated, usage=usage, repeated=repeated)
 
-    def _listener(self) -> FinishedListener | None:
+    def finished_listener(self) -> FinishedListener | None:
+        """Who is told how an answer of this request ended (usage analytics), made in the
+        request: it captures who asks, and by which door; None when nobody listens."""
         if self.on_finished is None:
             return None
         try:

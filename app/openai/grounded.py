@@ -46,7 +46,7 @@ from app.openai.schemas import (
 )
 from app.schemas import CitationOut, UnsupportedOut
 from app.state import Services
-from app.usage.events import UsageRecorder, set_channel
+from app.usage.events import set_channel
 from llm.backend import Backend
 from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
 from llm.params import TextDelta, Usage
@@ -203,7 +203,7 @@ async def grounded_completion(
     ids = await asyncio.to_thread(_collection_ids, services, data)
     question, history = _question_and_history(messages)
     set_channel("v1")
-    recorded = _Usage(UsageRecorder(services.db).listener(), question)
+    recorded = _Usage(chat.finished_listener(), question)  # as chat's: the same recorder
     query = conversation_query([turn.question for turn in history] + [question])
     hits = await asyncio.to_thread(chat.retrieve, query, ids)
     if not hits:  # as chat does: no source, no model
@@ -329,7 +329,7 @@ class _Usage:
     """The usage event of one grounded answer (app/usage): who asked is captured when the
     request starts; the event is written in a worker thread when it ends, once."""
 
-    def __init__(self, listener: FinishedListener, question: str) -> None:
+    def __init__(self, listener: FinishedListener | None, question: str) -> None:
         self.listener, self.question = listener, question
         self.started = time.monotonic()
         self.first: float | None = None
@@ -349,7 +349,7 @@ class _Usage:
             raise
 
     async def finished(self, answer: str | None, model: str, usage: Usage | None) -> None:
-        if self.told:
+        if self.told or self.listener is None:
             return
         self.told = True
         now = time.monotonic()
