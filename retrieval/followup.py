@@ -15,9 +15,10 @@ the first token, and this measures as good on the follow-up golden sets (docs/BE
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from retrieval.lexical import STOPWORDS
+from retrieval.types import Hit
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 # Words that stand for something said before. "there" and "that" also have other uses
@@ -80,6 +81,24 @@ def is_follow_up(question: str) -> bool:
     if any(word in _REFERRING for word in words):
         return True
     return len(key_terms(question)) < MIN_OWN_TERMS
+
+
+def refers_back(question: str) -> bool:
+    """Whether ``question`` names its subject with a referring word ("How high is it?",
+    "And its anthem?"): its subject is then the one the turn before was answered about.
+    "What about Ireland?" leans on the turn before too, but names a subject of its own."""
+    return any(word.lower().replace("’", "'") in _REFERRING for word in _WORD.findall(question))
+
+
+def prefer_cited(hits: Sequence[Hit], cited_documents: Collection[int]) -> list[Hit]:
+    """``hits`` with the passages of ``cited_documents`` first, each part in its own
+    order: for a question that refers back, the documents the turn before was answered
+    from. Its query carries that turn's terms, so it also finds the same kind of fact
+    about other subjects ("And its anthem?" after a question about Norway finds Ireland's
+    anthem too); a small model answers from the first passages it is shown, so the
+    subject's own come first. Nothing is dropped: the answer may still need the others."""
+    own = [hit for hit in hits if hit.document_id in cited_documents]
+    return own + [hit for hit in hits if hit.document_id not in cited_documents]
 
 
 def key_terms(text: str) -> list[str]:

@@ -11,7 +11,14 @@ from litestar.testing import TestClient
 
 from app.chat.service import DoneEvent, ReadingEvent
 from llm.backend import FakeBackend
-from retrieval.followup import conversation_query, is_follow_up, search_query
+from retrieval.followup import (
+    conversation_query,
+    is_follow_up,
+    prefer_cited,
+    refers_back,
+    search_query,
+)
+from retrieval.types import Hit
 from tests.conftest import add_key, fake_model, sse_events, upload, wait_for, wait_indexed
 from tests.retrieval_kit import make_kit
 from tests.test_chat import collect, service
@@ -65,6 +72,31 @@ def test_a_chain_of_follow_ups_keeps_the_first_subject() -> None:
 
 def test_a_first_question_is_never_changed() -> None:
     assert search_query("And what about it?", []) == "And what about it?"
+
+
+@pytest.mark.parametrize(
+    ("question", "refers"),
+    [
+        ("How high is it?", True),
+        ("And its national anthem?", True),
+        ("Who pays for them?", True),
+        ("What about Ireland?", False),  # leans on the turn before, names its own subject
+        ("How long is parental leave?", False),
+    ],
+)
+def test_a_question_refers_back_only_with_a_referring_word(question: str, refers: bool) -> None:
+    assert refers_back(question) is refers
+
+
+def hit(chunk_id: int, document_id: int) -> Hit:
+    return Hit(chunk_id, document_id, f"doc {document_id}", 1, 0, 1, "text", 1.0 / chunk_id)
+
+
+def test_passages_of_the_documents_cited_before_come_first_and_none_is_dropped() -> None:
+    hits = [hit(1, 7), hit(2, 3), hit(3, 9), hit(4, 3), hit(5, 7)]
+    preferred = prefer_cited(hits, {3})
+    assert [h.chunk_id for h in preferred] == [2, 4, 1, 3, 5]
+    assert prefer_cited(hits, set()) == hits and prefer_cited(hits, {42}) == hits
 
 
 HANDBOOK = (
@@ -198,3 +230,39 @@ def test_a_follow_up_is_not_given_the_second_look(tmp_path: Path) -> None:
     events = asyncio.run(collect(chat, "Is it paid?", first[-1].message.conversation_id))
     assert len(generator.history) == 3  # the answer only: "Is it paid?" cannot be checked alone
     assert "paid leave" in events[-1].message.content
+
+
+NORWAY = b"# Norway\n\nNorway's only active volcano is Beerenberg, on the island of Jan Mayen.\n"
+VOLCANOES = b"# Volcanoes\n\nHekla is an active volcano of Iceland, 1,491 metres high.\n"
+
+
+def test_a_follow_up_that_refers_back_reads_the_documents_cited_before_first(
+    tmp_path: Path,
+) -> None:
+    kit = make_kit(tmp_path)
+    generator = FakeBackend()
+    chat = service(kit, generator)
+    worker = kit.worker(chat.retriever.index)
+    ids = {}
+    for name, text in (("norway.md", NORWAY), ("volcanoes.md", VOLCANOES)):
+        document, _ = kit.library.submit(data=text, filename=name, collection_id=kit.collection_id)
+        worker.ingest(document.id)
+        ids[name] = document.id
+    asked = "Which is Norway's only active volcano?"
+    assert [h.document_id for h in chat.retrieve(asked)][:2] == [
+        ids["norway.md"],
+        ids["volcanoes.md"],
+    ]
+    generator.enqueue(["Hekla", " is", " one", " [2]."])  # the answer comes from the second
+    first = asyncio.run(collect(chat, asked))
+    done = first[-1]
+    assert isinstance(done, DoneEvent)
+    assert {c.document_id for c in done.message.citations} == {ids["volcanoes.md"]}
+    question = "How high is it?"
+    # As searched, Norway's passage ranks first ...
+    assert chat.retrieve(conversation_query([asked, question]))[0].document_id == ids["norway.md"]
+    events = asyncio.run(collect(chat, question, done.message.conversation_id))
+    reading = next(e for e in events if isinstance(e, ReadingEvent))
+    # ... and the follow-up reads the passage the answer came from first, Norway's after it.
+    shown = [source.document_id for source in reading.sources]
+    assert shown[:2] == [ids["volcanoes.md"], ids["norway.md"]]

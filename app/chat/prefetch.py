@@ -25,7 +25,6 @@ from app.chat.answering import Grounding
 from app.errors import AppError
 from llm.channel import Completion
 from llm.params import CompletionRequest, EngineError, SamplingParams
-from retrieval.followup import conversation_query
 
 if TYPE_CHECKING:
     from app.chat.conversations import Conversations
@@ -50,7 +49,12 @@ class Chat(Protocol):
 
     def model_for(self, conversation_id: int) -> str: ...
 
-    def retrieve(self, query: str, collection_ids: frozenset[int] | None = None) -> list[Hit]: ...
+    def search_turn(
+        self,
+        question: str,
+        turns: list[tuple[Message, Message]],
+        scope: frozenset[int] | None,
+    ) -> tuple[str, list[Hit]]: ...
 
     def grounding(
         self,
@@ -181,8 +185,7 @@ class Prefetcher:
             return None, None
         if chat.answering or not backend.idle:
             return None, None
-        query = conversation_query([asked.content for asked, _ in turns] + [draft])
-        hits = chat.retrieve(query, scope)
+        _, hits = chat.search_turn(draft, turns, scope)
         if not hits:
             return None, None
         grounding: Grounding = chat.grounding(backend, _QUESTION_MARK, turns, hits, scope)

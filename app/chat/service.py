@@ -36,7 +36,7 @@ from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
 from retrieval.collections import Workspaces
 from retrieval.focus import focus
-from retrieval.followup import conversation_query
+from retrieval.followup import conversation_query, prefer_cited, refers_back
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
@@ -230,6 +230,21 @@ class ChatService:
             return result.hits
         return focus(query, result.hits, self.retriever.embedder, config.passage_chars)
 
+    def search_turn(
+        self,
+        question: str,
+        turns: list[tuple[Message, Message]],
+        scope: frozenset[int] | None,
+    ) -> tuple[str, list[Hit]]:
+        """What a question asked after ``turns`` is searched for (``retrieval.followup``),
+        and the passages found: for one that refers back ("How high is it?"), those of the
+        documents the last answer cited first."""
+        query = conversation_query([asked.content for asked, _ in turns] + [question])
+        hits = self.retrieve(query, scope)
+        if turns and refers_back(question):
+            hits = prefer_cited(hits, {c.document_id for c in turns[-1][1].citations})
+        return query, hits
+
     @property
     def default_model(self) -> str:
         """The model a conversation that chose none is answered by."""
@@ -281,8 +296,7 @@ class ChatService:
         # to what the asker may read, so a stored scope never widens access.
         scope = await asyncio.to_thread(self.conversations.scope_of, question.conversation_id)
         turns = await asyncio.to_thread(self.conversations.turns_before, question)
-        query = conversation_query([asked.content for asked, _ in turns] + [question.content])
-        hits = await asyncio.to_thread(self.retrieve, query, scope)
+        query, hits = await asyncio.to_thread(self.search_turn, question.content, turns, scope)
         # "Searched in" names what was searched: the scope as narrowed for this asker (a
         # collection they may no longer read is neither searched nor named).
         searched_in = (
