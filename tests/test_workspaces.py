@@ -219,6 +219,28 @@ def test_create_rename_describe_delete_through_the_api(client: TestClient[Any]) 
     assert [r[0] for r in events] == ["created", "renamed", "changed", "deleted"]
 
 
+def test_collections_the_settings_name_keep_their_names(tmp_path: Path) -> None:
+    """Review of #28: renamed, the default came back empty under its old name at the next
+    start (and the renamed one, no longer the default, could be deleted); a collection
+    single sign-on grants by name came back empty at the next sign-in."""
+    settings = fake_settings(tmp_path / "data", oidc_group_collections={"hr-staff": {"HR": "read"}})
+    with signed_in(settings) as client:
+        default = client.app.state.services.collection_id
+        refused = client.patch(f"/api/collections/{default}", json={"name": "General"})
+        assert refused.status_code == 409 and "default collection" in refused.text
+        # a description is no rename: still allowed
+        assert client.patch(f"/api/collections/{default}", json={"description": "x"}).is_success
+        hr = client.post("/api/collections", json={"name": "HR"}).json()["id"]
+        for attempt in (
+            client.patch(f"/api/collections/{hr}", json={"name": "People"}),
+            client.delete(f"/api/collections/{hr}"),
+        ):
+            assert attempt.status_code == 409
+            assert "RAGDESK_OIDC_GROUP_COLLECTIONS" in attempt.json()["error"]["detail"]
+        names = [c["name"] for c in client.get("/api/collections").json()["collections"]]
+        assert sorted(names) == ["HR", "default"]
+
+
 def test_only_an_admin_may_administer_and_others_learn_nothing(client: TestClient[Any]) -> None:
     services = client.app.state.services
     made = client.post("/api/collections", json={"name": "Finance"}).json()

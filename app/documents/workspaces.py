@@ -128,6 +128,9 @@ def change(
             clean_text(changes.instructions, "instructions", MAX_INSTRUCTIONS_CHARS)
     except CollectionError as exc:
         raise _app_error(exc) from None
+    if changes.name is not None and changes.name.strip() != before.name:
+        if reason := _named_by_settings(desk, before):
+            raise CollectionConflict(f"{before.name!r} cannot be renamed: {reason}")
     try:
         after = before
         if changes.name is not None and changes.name.strip() != before.name:
@@ -144,6 +147,23 @@ def change(
         raise _app_error(exc) from None
     _record_changes(desk, principal, before, after)
     return after
+
+
+def _named_by_settings(desk: Desk, collection: CollectionSettings) -> str | None:
+    """Why the deployment's settings need this collection under its name, if they do: the
+    server finds the default collection by its name at every start, and single sign-on
+    grants groups collections by name at every sign-in. Renamed or deleted, each would
+    come back empty under the old name, and what was in it would be left out (or, for
+    the default, become deletable)."""
+    if collection.id == desk.default_collection:
+        return "it is the default collection, which the server finds by its name"
+    granted = desk.settings.auth.oidc_group_collections
+    if any(collection.name in grants for grants in granted.values()):
+        return (
+            "RAGDESK_OIDC_GROUP_COLLECTIONS gives single sign-on groups this collection by "
+            "name; change that setting first"
+        )
+    return None
 
 
 def _checked_model(desk: Desk, raw: str | None) -> str | None:
@@ -188,6 +208,8 @@ def delete(desk: Desk, principal: Principal | None, collection_id: int) -> Delet
             f"{settings.name!r} is the default collection: uploads that name no collection "
             "go there, so it cannot be deleted (delete its documents instead)"
         )
+    if reason := _named_by_settings(desk, settings):
+        raise CollectionConflict(f"{settings.name!r} cannot be deleted: {reason}")
     sources = _sources_filling(desk.db, collection_id)
     if sources:
         raise CollectionConflict(
