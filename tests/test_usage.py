@@ -133,6 +133,10 @@ def test_outcomes_are_read_from_the_answer() -> None:
     assert outcome_of("Lunch is at noon [1].") == "answered"
     assert outcome_of(NOTHING_FOUND) == "declined"
     assert outcome_of("The documents do not cover this.") == "declined"
+    # review of #28: a cited answer that sounds like a "no" is an answer, not a gap
+    cited_no = "Documents older than seven years cannot be restored from the archive [1]."
+    assert outcome_of(cited_no) == "declined"  # as read without its citations ...
+    assert outcome_of(cited_no, cited=True) == "answered"  # ... and as it was given
     assert outcome_of(WITHHELD) == outcome_of(NOT_STATED) == "withheld"
     assert outcome_of("Lunch is … (stopped)", stopped=True) == "stopped"
     assert outcome_of(None) == outcome_of("text", failed=True) == "failed"

@@ -25,6 +25,7 @@ class FinishedAnswer:
     message_id: int | None = None  # the stored answer, when one was stored
     failed: bool = False
     stopped: bool = False  # stopped by the user, or the client left before the end
+    cited: bool = False  # it cites a passage: an answer, even if a sentence sounds like a "no"
 
 
 # Made in the request (so it captures who asked and by which door), called once at the end.

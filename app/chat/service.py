@@ -535,6 +535,7 @@ def _tell(
         message_id=done.id if done is not None else None,
         failed=failed or answer is None,
         stopped=stopped,
+        cited=done is not None and bool(done.citations),
     )
     try:
         asyncio.get_running_loop().run_in_executor(None, listener, finished)

@@ -240,7 +240,7 @@ async def grounded_completion(
         return ServerSentEvent(_chunks(started, grounding, recorded, include_usage=usage))
     text, done = await recorded.failing(collect(started, request))
     cited = grounding.cite(text)
-    await recorded.finished(cited.answer, done.model, done.usage)
+    await recorded.finished(cited.answer, done.model, done.usage, cited=cited.grounded)
     message = GroundedMessageOut(
         cited.answer,
         citations=cited.citations,
@@ -305,7 +305,7 @@ async def _chunks(
             # miscited sentence is flagged rather than re-pointed), so each [n] it shows
             # is listed, and every answer position maps back to a streamed one.
             cited = grounding.cite(streamed, repoint=False)
-            await recorded.finished(cited.answer, event.model, event.usage)
+            await recorded.finished(cited.answer, event.model, event.usage, cited=cited.grounded)
             last = [ChunkChoice(0, Delta(), FINISH_REASONS[event.reason])]
             yield _sse(
                 GroundedChunk(
@@ -348,7 +348,9 @@ class _Usage:
             await self.finished(None, "", None)
             raise
 
-    async def finished(self, answer: str | None, model: str, usage: Usage | None) -> None:
+    async def finished(
+        self, answer: str | None, model: str, usage: Usage | None, *, cited: bool = False
+    ) -> None:
         if self.told or self.listener is None:
             return
         self.told = True
@@ -358,6 +360,6 @@ class _Usage:
             ttft = self.first - self.started
         finished = FinishedAnswer(
             self.question, answer, model, ttft, now - self.started, usage,
-            self.document_ids, failed=answer is None,
+            self.document_ids, failed=answer is None, cited=cited,
         )  # fmt: skip
         await asyncio.to_thread(self.listener, finished)

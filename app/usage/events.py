@@ -50,17 +50,20 @@ def channel(name: Channel) -> Iterator[None]:
         _channel.reset(token)
 
 
-def outcome_of(answer: str | None, *, failed: bool = False, stopped: bool = False) -> Outcome:
+def outcome_of(
+    answer: str | None, *, failed: bool = False, stopped: bool = False, cited: bool = False
+) -> Outcome:
     """How an answer ended, read from what was stored or sent: ``withheld`` when the
-    answer check or the support check kept it back, ``declined`` when it says the
-    documents do not answer (nothing found included), ``failed`` when no usable answer."""
+    answer check or the support check kept it back, ``declined`` when nothing was found or
+    it cites nothing and says the documents do not answer ("… cannot be restored … [1]"
+    is an answer), ``failed`` when no usable answer."""
     if failed or answer is None or answer == NO_ANSWER:
         return "failed"
     if answer in (WITHHELD, NOT_STATED):
         return "withheld"
     if stopped or answer.endswith(STOPPED):
         return "stopped"
-    if answer == NOTHING_FOUND or declines(answer):
+    if answer == NOTHING_FOUND or (not cited and declines(answer)):
         return "declined"
     return "answered"
 
@@ -108,7 +111,9 @@ class UsageRecorder:
             log.exception("could not record a usage event")
 
     def _write(self, asker: Asker, finished: FinishedAnswer, at: float) -> Outcome:
-        outcome = outcome_of(finished.answer, failed=finished.failed, stopped=finished.stopped)
+        outcome = outcome_of(
+            finished.answer, failed=finished.failed, stopped=finished.stopped, cited=finished.cited
+        )
         usage = finished.usage
         with self.db.write() as db:
             conn = db.conn
