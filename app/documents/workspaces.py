@@ -128,12 +128,12 @@ def change(
             clean_text(changes.instructions, "instructions", MAX_INSTRUCTIONS_CHARS)
     except CollectionError as exc:
         raise _app_error(exc) from None
-    if changes.name is not None and changes.name.strip() != before.name:
-        if reason := _named_by_settings(desk, before):
-            raise CollectionConflict(f"{before.name!r} cannot be renamed: {reason}")
+    renamed = changes.name is not None and changes.name.strip() != before.name
+    if renamed and (reason := _named_by_settings(desk, before)):
+        raise CollectionConflict(f"{before.name!r} cannot be renamed: {reason}")
     try:
         after = before
-        if changes.name is not None and changes.name.strip() != before.name:
+        if changes.name is not None and renamed:
             after = workspaces.rename(collection_id, changes.name)
         if changes.description is not None or changes.instructions is not None:
             after = workspaces.describe(
