@@ -25,6 +25,7 @@ import numpy as np
 
 from retrieval.db import Database
 from retrieval.index import IdArray
+from retrieval.store import NEXT_COLLECTION_ID
 
 MAX_NAME_CHARS = 100
 MAX_DESCRIPTION_CHARS = 2000
@@ -160,7 +161,8 @@ class Workspaces:
                 raise CollectionNameTaken(f"a collection named {existing[1]!r} exists already")
             if existing is None:
                 db.execute(
-                    "INSERT INTO collections (name, created_at, updated_at) VALUES (?, ?, ?)",
+                    "INSERT INTO collections (id, name, created_at, updated_at)"  # noqa: S608
+                    f" VALUES ({NEXT_COLLECTION_ID}, ?, ?, ?)",
                     [name, now, now],
                 )
         found = self.by_name(name)

@@ -292,3 +292,21 @@ def m021_collection_settings(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE collections ADD COLUMN default_model TEXT")
     db.execute("ALTER TABLE collections ADD COLUMN updated_at REAL")
     db.execute("UPDATE collections SET updated_at = created_at")
+
+
+@MIGRATIONS.add()
+def m022_collection_ids_never_reused(db: sqlite_utils.Database) -> None:
+    """Collections can be deleted now, and SQLite gives a new row the largest id in the
+    table plus one: a new collection took a deleted one's id, and with it that one's usage
+    history and audit rows. A trigger keeps the highest id ever deleted; new collections
+    are numbered past it (``retrieval.store.NEXT_COLLECTION_ID``)."""
+    db.execute(
+        "CREATE TABLE collection_ids_deleted"
+        " (only INTEGER PRIMARY KEY CHECK (only = 1), last INTEGER NOT NULL)"
+    )
+    db.execute(
+        """CREATE TRIGGER collection_deleted AFTER DELETE ON collections BEGIN
+            INSERT INTO collection_ids_deleted (only, last) VALUES (1, OLD.id)
+            ON CONFLICT (only) DO UPDATE SET last = MAX(last, excluded.last);
+        END"""
+    )

@@ -26,6 +26,12 @@ from retrieval.types import (
 )
 
 DEFAULT_COLLECTION = "default"
+# A new collection's id: past every id in use and every id ever deleted (the trigger of
+# ``m022_collection_ids_never_reused`` keeps the highest), so no id names two collections.
+NEXT_COLLECTION_ID = (
+    "(SELECT MAX(COALESCE((SELECT MAX(id) FROM collections), 0),"
+    " COALESCE((SELECT last FROM collection_ids_deleted), 0)) + 1)"
+)
 
 
 MAX_TITLE_CHARS = 500
@@ -77,7 +83,8 @@ class DocumentStore:
     def ensure_collection(self, name: str = DEFAULT_COLLECTION) -> int:
         with self.db.write() as db:
             db.execute(
-                "INSERT OR IGNORE INTO collections (name, created_at) VALUES (?, ?)",
+                "INSERT OR IGNORE INTO collections (id, name, created_at)"  # noqa: S608
+                f" VALUES ({NEXT_COLLECTION_ID}, ?, ?)",
                 [name, time.time()],
             )
             row = db.execute("SELECT id FROM collections WHERE name = ?", [name]).fetchone()

@@ -63,6 +63,7 @@ RETRIEVAL_TABLES = {
     "eval_runs",
     "embedding_cache",
     "chunk_text_keys",
+    "collection_ids_deleted",
     *FTS,
 }
 AUTH_TABLES = {

@@ -93,6 +93,19 @@ def test_names_are_unique_regardless_of_case(tmp_path: Path) -> None:
     assert book.rename(made.id, "handbooks").name == "handbooks"  # its own name, recased
 
 
+def test_a_deleted_collections_id_is_never_given_to_another(tmp_path: Path) -> None:
+    """Review of #28: SQLite numbered a new collection with the largest id plus one, so a
+    new collection inherited a deleted one's usage history and audit rows."""
+    kit = make_kit(tmp_path)
+    book = Workspaces(kit.db)
+    hr, _ = book.create("HR")
+    book.delete(hr.id)
+    finance, _ = book.create("Finance")
+    assert finance.id > hr.id
+    book.delete(finance.id)
+    assert kit.store.ensure_collection("Legal") > finance.id  # the other way in, too
+
+
 # --- instructions in the grounded prompt ---
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
