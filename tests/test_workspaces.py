@@ -405,6 +405,33 @@ def test_instructions_reach_the_prompt_of_conversations_scoped_to_the_collection
     assert "formal English" not in model.history[-1].prompt
 
 
+def test_instructions_of_a_collection_the_asker_lost_are_not_given(
+    client: TestClient[Any],
+) -> None:
+    """Review of #28: a conversation scoped to two collections kept getting the
+    instructions of one its owner was taken out of, and could be asked to repeat them."""
+    services = client.app.state.services
+    hr = client.post("/api/collections", json={"name": "HR"}).json()["id"]
+    legal = client.post("/api/collections", json={"name": "Legal"}).json()["id"]
+    client.patch(f"/api/collections/{hr}", json={"instructions": "Answer in formal English."})
+    client.patch(f"/api/collections/{legal}", json={"instructions": "Merger code: Bluebird."})
+    posted = client.post("/api/documents?collection=HR", files=[("file", ("t.md", TEXT))]).json()
+    wait_indexed(client, posted["documents"][0]["id"])
+    ann = add_user(client, "ann")
+    for collection in (hr, legal, services.collection_id):  # scoped to two of her three
+        services.auth.members.add(collection, ann.id)
+    client.cookies.clear()
+    login(client, "ann")
+    model = fake_model(client)
+    _ask(client, scope=f"{hr},{legal}")
+    assert "Bluebird" in model.history[-1].prompt and "formal English" in model.history[-1].prompt
+    services.auth.members.remove(legal, ann.id)
+    conversation = services.conversations.listing()[0][0].id
+    _ask(client, conversation_id=str(conversation))
+    assert "formal English" in model.history[-1].prompt
+    assert "Bluebird" not in model.history[-1].prompt
+
+
 def test_instructions_reach_a_grounded_v1_answer_over_the_named_collection(
     client: TestClient[Any],
 ) -> None:

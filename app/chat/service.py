@@ -435,8 +435,9 @@ class ChatService:
 
     def scope_default_model(self, scope: frozenset[int] | None) -> str | None:
         """The one default model the collections of ``scope`` set (None when they set none
-        or disagree, or it is no longer offered in chat: the admin's offer list rules)."""
-        models = self.workspaces.default_models(scope or ())
+        or disagree, or it is no longer offered in chat: the admin's offer list rules).
+        Only collections the asker may still read count, as for everything of a scope."""
+        models = self.workspaces.default_models(_still_readable(scope))
         if len(models) != 1:
             return None
         model = models.pop()
@@ -447,8 +448,10 @@ class ChatService:
 
     def guidance(self, scope: frozenset[int] | None) -> list[tuple[str, str]]:
         """The instructions of the collections a conversation is scoped to, by name (an
-        unscoped conversation searches everything the asker may read: none apply)."""
-        return self.workspaces.instructions_for(scope or ())
+        unscoped conversation searches everything the asker may read: none apply). Those
+        of a collection the asker may no longer read are not given: it is not searched,
+        and the model could be asked to repeat them."""
+        return self.workspaces.instructions_for(_still_readable(scope))
 
     def grounding(
         self,
@@ -497,6 +500,12 @@ class ChatService:
         if progress.on_stored is not None:
             progress.on_stored(stored)
         return stored
+
+
+def _still_readable(scope: frozenset[int] | None) -> frozenset[int]:
+    """The collections of a conversation's scope the current asker may read (none for an
+    unscoped conversation: its settings apply to no collection in particular)."""
+    return frozenset() if scope is None else readable_now(scope) or frozenset()
 
 
 def _tell(
