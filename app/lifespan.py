@@ -24,6 +24,7 @@ from app.chat.conversations import Conversations
 from app.chat.service import ChatConfig, ChatService
 from app.config.retrieval import (
     build_embedder,
+    build_parser,
     open_vector_index,
 )
 from app.config.search_stages import batched, reranker
@@ -41,7 +42,6 @@ from retrieval.disk import DiskWatch
 from retrieval.ingest import IngestWorker
 from retrieval.leftovers import sweep_data_leftovers
 from retrieval.library import Library
-from retrieval.parsers.isolated import IsolatedParser
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
 from retrieval.uploads import UploadFiles
@@ -64,13 +64,7 @@ def open_services(settings: Settings) -> Services:
         library=Library(store, files),
         conversations=Conversations(db),
         collection_id=store.ensure_collection(),
-        parser=IsolatedParser(
-            timeout_s=settings.ingest.parse_timeout_s,
-            memory_bytes=settings.ingest.parse_memory_bytes,
-            processes=settings.ingest.parse_processes,
-            ocr=settings.ingest.ocr_options(),
-            ocr_on_request=settings.ingest.ocr_tuning(),
-        ),
+        parser=build_parser(settings),
         page_images=PageImages(files, memory_bytes=settings.ingest.parse_memory_bytes),
         metrics=Metrics(
             lambda: services.loaded_models(),

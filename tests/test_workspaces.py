@@ -36,6 +36,7 @@ from retrieval.data_lock import exclusive
 from retrieval.parsers import ParseError
 from retrieval.parsers.isolated import IsolatedParser
 from retrieval.parsers.ocr import OcrOptions
+from retrieval.store import DocumentStore
 from retrieval.types import DocumentKind, DocumentStatus, ParsedDocument
 from tests.conftest import (
     add_key,
@@ -635,3 +636,30 @@ def test_the_cli_lists_creates_renames_describes_and_deletes(
     finally:
         db.close()
     assert actions == ["created", "changed", "renamed", "changed", "deleted"]
+
+
+def test_ragdesk_ingest_obeys_the_collections_ocr_switch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of #28: the command line parsed with the deployment's OCR (on by default)
+    whatever the collection said; a collection with OCR off now gets no scan read."""
+    monkeypatch.setenv("RAGDESK_EMBEDDER_BACKEND", "fake")
+    data = tmp_path / "data"
+    assert _cli(capsys, "collections", "create", "Born digital", "--data-dir", data)[0] == 0
+    db = open_database(fake_settings(data).db_path)
+    try:
+        book = Workspaces(db)
+        found = book.by_name("Born digital")
+        assert found is not None
+        book.set_ocr(found.id, False)
+    finally:
+        db.close()
+    scan = tmp_path / "scan.pdf"
+    scan.write_bytes(scanned_pdf([scanned_page(["Visitors park in the north garage."])]))
+    _, out, _ = _cli(capsys, "ingest", scan, "--collection", "Born digital", "--data-dir", data)
+    db = open_database(fake_settings(data).db_path)
+    try:
+        [document] = DocumentStore(db).list_documents()
+        assert document.chunk_count == 0 or document.status is not DocumentStatus.INDEXED, out
+    finally:
+        db.close()

@@ -14,9 +14,23 @@ from retrieval.embedder import (
     model_id,
 )
 from retrieval.index import FaissIndex
+from retrieval.parsers.isolated import IsolatedParser
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
 from retrieval.vector_sync import SyncReport, open_index
+
+
+def build_parser(settings: Settings) -> IsolatedParser:
+    """The sandboxed parser the server, ``ragdesk ingest`` and ``ragdesk sync`` all parse
+    with: the same limits, the deployment's OCR, and OCR on or off per collection."""
+    ingest = settings.ingest
+    return IsolatedParser(
+        timeout_s=ingest.parse_timeout_s,
+        memory_bytes=ingest.parse_memory_bytes,
+        processes=ingest.parse_processes,
+        ocr=ingest.ocr_options(),
+        ocr_on_request=ingest.ocr_tuning(),
+    )
 
 
 def build_embedder(settings: Settings) -> Embedder:

@@ -58,12 +58,11 @@ def run_ingest(
     settings: Settings, paths: list[Path], *, collection: str, batch_documents: int
 ) -> int:
     """Ingest ``paths`` into ``collection``; returns the process exit status."""
-    from app.config.retrieval import build_embedder, open_vector_index
+    from app.config.retrieval import build_embedder, build_parser, open_vector_index
     from app.migrations import open_database
     from retrieval.bulk import BulkIngest, find_files
     from retrieval.ingest import IngestWorker
     from retrieval.library import Library
-    from retrieval.parsers.isolated import IsolatedParser
     from retrieval.store import DocumentStore
     from retrieval.uploads import UploadFiles
 
@@ -81,12 +80,7 @@ def run_ingest(
     store = DocumentStore(db)
     library = Library(store, UploadFiles(settings.uploads_dir))
     collection_id = store.ensure_collection(collection)
-    parser = IsolatedParser(
-        timeout_s=settings.ingest.parse_timeout_s,
-        memory_bytes=settings.ingest.parse_memory_mb << 20,
-        processes=settings.ingest.parse_processes,
-        ocr=settings.ingest.ocr_options(),
-    )
+    parser = build_parser(settings)
     worker: IngestWorker | None = None
     try:
         embedder = build_embedder(settings)
@@ -100,6 +94,7 @@ def run_ingest(
             settings.ingest.config(),  # its timer is unused: bulk checkpoints per batch
             parse=parser.parse,
             locate=parser.passage_boxes,
+            parse_with_ocr=parser.parse_with_ocr,  # a collection's own OCR switch
         )
         bulk = BulkIngest(
             library,

@@ -84,9 +84,8 @@ def _ingest(
     settings: Settings, store: DocumentStore, library: Library, collections: set[int]
 ) -> int:
     """Parse, embed and index the synced collections' queued documents; returns failures."""
-    from app.config.retrieval import build_embedder, open_vector_index
+    from app.config.retrieval import build_embedder, build_parser, open_vector_index
     from retrieval.ingest import IngestWorker
-    from retrieval.parsers.isolated import IsolatedParser
 
     pending = [
         document_id
@@ -95,12 +94,7 @@ def _ingest(
     ]
     embedder = build_embedder(settings)
     index, _ = open_vector_index(settings, store, embedder)  # catches up with removals
-    parser = IsolatedParser(
-        timeout_s=settings.ingest.parse_timeout_s,
-        memory_bytes=settings.ingest.parse_memory_bytes,
-        processes=settings.ingest.parse_processes,
-        ocr=settings.ingest.ocr_options(),
-    )
+    parser = build_parser(settings)
     try:
         worker = IngestWorker(
             store,
@@ -111,6 +105,7 @@ def _ingest(
             settings.ingest.config(),
             parse=parser.parse,
             locate=parser.passage_boxes,
+            parse_with_ocr=parser.parse_with_ocr,  # a collection's own OCR switch
         )
         for start in range(0, len(pending), BATCH):
             worker.ingest_many(pending[start : start + BATCH])
