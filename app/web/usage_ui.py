@@ -103,13 +103,25 @@ def usage_csv(report: UsageReport) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["section", *names])
-    writer.writerow(["totals", *asdict(report.totals).values()])
+    writer.writerow(["totals", *map(_cell, asdict(report.totals).values())])
     for row in report.series:
-        writer.writerow(["series", *asdict(row).values()])
+        writer.writerow(["series", *map(_cell, asdict(row).values())])
     for dim, rows in report.breakdowns.items():
         for row in rows:
-            writer.writerow([dim, *asdict(row).values()])
+            writer.writerow([dim, *map(_cell, asdict(row).values())])
     return out.getvalue()
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    """A value as a spreadsheet must read it: text that a spreadsheet would run as a
+    formula (a user or key name such as ``=HYPERLINK(…)``: anyone names their own keys)
+    gets a leading apostrophe, as OWASP advises for CSV exports; numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 def _csv_response(report: UsageReport) -> Response[str]:
