@@ -11,7 +11,7 @@ from retrieval.collections import DeletedCollection, Workspaces
 from retrieval.ingest import IngestWorker
 from retrieval.parsers import detect_kind
 from retrieval.records import DocumentRecord
-from retrieval.store import DocumentGone, DocumentStore
+from retrieval.store import CollectionGone, DocumentGone, DocumentStore
 from retrieval.uploads import UploadFiles
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -59,21 +59,27 @@ class Library:
     ) -> tuple[DocumentRecord, bool]:
         """Store an upload and queue it; ``created`` is False when identical content exists.
 
-        Raises ``UnsupportedDocumentType`` before anything is written. When this returns,
-        the bytes are fsynced on disk and the row is committed in SQLite.
+        Raises ``UnsupportedDocumentType`` before anything is written, and ``CollectionGone``
+        (nothing kept) when the collection was deleted meanwhile. When this returns, the
+        bytes are fsynced on disk and the row is committed in SQLite.
         """
         name = display_filename(filename)
         kind = detect_kind(data, name)
         with self._files_lock:
             stored_name = self.files.save(data)
-            document, created = self.store.add_document(
-                collection_id=collection_id,
-                content_hash=stored_name,
-                filename=name,
-                stored_name=stored_name,
-                kind=kind,
-                size=len(data),
-            )
+            try:
+                document, created = self.store.add_document(
+                    collection_id=collection_id,
+                    content_hash=stored_name,
+                    filename=name,
+                    stored_name=stored_name,
+                    kind=kind,
+                    size=len(data),
+                )
+            except CollectionGone:
+                if not self.store.stored_name_in_use(stored_name):
+                    self.files.delete(stored_name)
+                raise
         if created and self.worker is not None:
             self.worker.enqueue(document.id)
         return document, created

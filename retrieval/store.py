@@ -47,6 +47,10 @@ class DocumentGone(Exception):
     """The document was deleted while work on it was in flight."""
 
 
+class CollectionGone(LookupError):
+    """The collection an upload was for was deleted before its row was written."""
+
+
 @dataclass(frozen=True)
 class StoredChunks:
     """A document's passages as stored: their ids in order, and which of them it already
@@ -112,6 +116,9 @@ class DocumentStore:
         one instead, with ``created`` False."""
         now = time.time()
         with self.db.write() as db:
+            found = db.execute("SELECT 1 FROM collections WHERE id = ?", [collection_id])
+            if found.fetchone() is None:
+                raise CollectionGone(collection_id)
             existing = db.execute(
                 "SELECT id FROM documents WHERE collection_id = ? AND content_hash = ?",
                 [collection_id, content_hash],

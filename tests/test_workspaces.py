@@ -36,7 +36,7 @@ from retrieval.data_lock import exclusive
 from retrieval.parsers import ParseError
 from retrieval.parsers.isolated import IsolatedParser
 from retrieval.parsers.ocr import OcrOptions
-from retrieval.store import DocumentStore
+from retrieval.store import CollectionGone, DocumentStore
 from retrieval.types import DocumentKind, DocumentStatus, ParsedDocument
 from tests.conftest import (
     add_key,
@@ -663,3 +663,18 @@ def test_ragdesk_ingest_obeys_the_collections_ocr_switch(
         assert document.chunk_count == 0 or document.status is not DocumentStatus.INDEXED, out
     finally:
         db.close()
+
+
+def test_an_upload_racing_a_collection_delete_is_refused_and_leaves_no_file(
+    tmp_path: Path,
+) -> None:
+    """Review of #28: an upload whose rights check passed before its collection was
+    deleted hit the foreign key (500) and left its file behind."""
+    kit = make_kit(tmp_path)
+    book = Workspaces(kit.db)
+    doomed, _ = book.create("Doomed")
+    book.delete(doomed.id)
+    with pytest.raises(CollectionGone):
+        kit.library.submit(data=b"# Late\n\nToo late.", filename="late.md", collection_id=doomed.id)
+    assert kit.store.stored_names() == set()
+    assert not [p for p in kit.library.files.directory.rglob("*") if p.is_file()]

@@ -11,13 +11,14 @@ from litestar.datastructures import UploadFile
 from litestar.exceptions import ClientException
 
 from app.auth.access import require_writable
-from app.errors import AppError, UnprocessableInput, UnsupportedMediaType
+from app.errors import AppError, NotFound, UnprocessableInput, UnsupportedMediaType
 from app.sources.store import SourceStore
 from app.state import Services
 from retrieval.display import shown
 from retrieval.library import display_filename
 from retrieval.parsers import UnsupportedDocumentType, detect_kind
 from retrieval.records import DocumentRecord
+from retrieval.store import CollectionGone
 
 MAX_FILES_PER_REQUEST = 100
 # Litestar's cap on multipart parts (create_app sets it): files plus a few form fields.
@@ -92,6 +93,8 @@ async def submit_all(
             )
         except UnsupportedDocumentType as exc:
             return Rejected(shown(file.filename), str(exc))
+        except CollectionGone:  # deleted between the rights check and the row
+            raise NotFound("no such collection (it was deleted)") from None
         if not created:  # the bytes of a synced file, now uploaded by hand too: a sync
             # that loses the file must not delete what a person uploaded
             sources.drop_claim(target, document.content_hash)
