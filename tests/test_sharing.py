@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from litestar.testing import TestClient
 
 from app.auth.share_audit import ShareAudit
-from app.chat.redaction import HIDDEN_TITLE
+from app.chat.answering import POINTED
+from app.chat.records import Citation, Message
+from app.chat.redaction import HIDDEN_TITLE, redact
 from tests.conftest import add_key, add_user, fake_model, wait_indexed
 from tests.test_permissions import sign_in_as
 
@@ -409,3 +412,24 @@ def test_a_share_to_a_group_follows_its_membership_and_its_rights(
     sign_in_as(client, "ann")
     assert client.get("/api/shared").json()["conversations"] == []
     assert client.get(f"/api/shared/{conversation}").status_code == 404
+
+
+def test_an_answer_that_only_quotes_a_hidden_passage_hides_the_quote() -> None:
+    """Review of #28: an answer the model gave as a bare "[1]" is shown as a quote of the
+    passage (POINTED); a reader who may not open it saw the passage in the quote."""
+    secret = "The merger with Bluebird closes in May."
+    cited = Citation(1, 11, 7, "Board minutes", 2, 0, 40, secret)
+    answer = Message(
+        id=5,
+        conversation_id=1,
+        role="assistant",
+        content=POINTED.format(quote=secret, number=1),
+        citations=(cited,),
+        created_at=0.0,
+    )
+    hidden_view = redact(answer, openable=set())
+    assert secret not in hidden_view.content and "[1]" in hidden_view.content
+    assert hidden_view.citations[0].title == HIDDEN_TITLE
+    assert redact(answer, openable={7}).content == answer.content  # a reader who may open it
+    plain = replace(answer, content=f"It closes in May [1]. {secret}")  # not a quote: as written
+    assert redact(plain, openable=set()).content == plain.content

@@ -6,11 +6,13 @@ answer (its sources' text, the query, the collections searched) is never shown t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import replace
 
 from markupsafe import Markup
 
+from app.chat.answering import POINTED
 from app.chat.markdown import render_markdown
 from app.chat.records import Citation, Message
 from app.chat.stopping import STOPPED
@@ -29,9 +31,31 @@ def hidden(citation: Citation) -> Citation:
 
 def redact(message: Message, openable: Collection[int]) -> Message:
     """``message`` with the citations of documents not in ``openable`` (ids) hidden and what
-    the model was shown dropped."""
+    the model was shown dropped. An answer that is only a quote of the passage it cites
+    (``POINTED``: the model answered with a bare "[2]") is the passage itself: its quote
+    is hidden with the citation."""
     citations = tuple(c if c.document_id in openable else hidden(c) for c in message.citations)
-    return replace(message, citations=citations, context=None)
+    content = message.content
+    if (quoted := _POINTED.fullmatch(content)) is not None:
+        number = int(quoted["number"])
+        if any(is_hidden(c) and c.number == number for c in citations):
+            content = POINTED_HIDDEN.format(number=number)
+    return replace(message, content=content, citations=citations, context=None)
+
+
+# The POINTED answer, its quote and number captured.
+_POINTED = re.compile(
+    re.escape(POINTED.split("{quote}")[0])
+    + r"(?P<quote>.*)"
+    + re.escape(POINTED.split("{quote}")[1].split("{number}")[0])
+    + r"(?P<number>\d+)"
+    + re.escape(POINTED.split("{number}")[1]),
+    re.DOTALL,
+)
+POINTED_HIDDEN = (
+    "The model answered only with a citation, of a passage in a document you cannot open. "
+    "[{number}]"
+)
 
 
 def render_shared_answer(message: Message) -> Markup:
