@@ -595,6 +595,8 @@ def test_the_cli_lists_creates_renames_describes_and_deletes(
     )
     code, _, err = _cli(capsys, "collections", "create", "hr", "--data-dir", data)
     assert code == 2 and "exists already" in err
+    code, _, err = _cli(capsys, "collections", "rename", "9" * 22, "X", "--data-dir", data)
+    assert code == 2 and "no collection named" in err  # not an id SQLite can hold: a name
     code, _, err = _cli(capsys, "collections", "create", "bad\x07", "--data-dir", data)
     assert code == 2 and "control" in err
     assert _cli(capsys, "collections", "rename", "HR", "People", "--data-dir", data)[0] == 0

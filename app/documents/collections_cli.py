@@ -116,7 +116,9 @@ def _run(args: argparse.Namespace, desk: workspaces.Desk) -> int:
 
 def _find(desk: workspaces.Desk, name_or_id: str) -> CollectionSettings:
     book = Workspaces(desk.db)
-    found = book.get(int(name_or_id)) if name_or_id.isdigit() else None
+    # an id within SQLite's integers (a longer run of digits can only be a name)
+    is_id = name_or_id.isdecimal() and len(name_or_id) < 19
+    found = book.get(int(name_or_id)) if is_id else None
     found = found or book.by_name(name_or_id)
     if found is None:
         raise AppError(f"no collection named {name_or_id[:100]!r}")
