@@ -67,3 +67,30 @@ def test_leaving_before_a_whole_answer_cancels_generation(
     while running(url) != 0:  # left running, it would take ~2 s more
         assert time.monotonic() - left_at < 1.0, "the generation kept running"
         time.sleep(0.05)
+
+
+def test_leaving_a_grounded_stream_is_recorded_as_stopped(slow_server: ServerProcess) -> None:
+    """Review of #28: a grounded /v1 stream the client left wrote no usage event."""
+    url = slow_server.url
+    note = b"# Canteen\n\nThe canteen opens at noon and serves soup on Fridays."
+    posted = http.post(f"{url}/api/documents", files=[("file", ("canteen.md", note))])
+    document = posted.json()["documents"][0]["id"]
+    deadline = time.monotonic() + 60
+    while http.get(f"{url}/api/documents/{document}").json()["status"] != "indexed":
+        assert time.monotonic() < deadline, "the note was not indexed"
+        time.sleep(0.1)
+
+    def stopped() -> int:
+        return int(http.get(f"{url}/api/usage?period=7d").json()["totals"]["stopped"])
+
+    before = stopped()
+    question = {"role": "user", "content": "When does the canteen open?"}
+    payload = {"model": "rag", "messages": [question], "stream": True}
+    with http.stream("POST", f"{url}/v1/chat/completions", json=payload, timeout=30) as response:
+        for line in response.iter_lines():
+            if '"content":"' in line and '"content":""' not in line:
+                break  # the client goes away after the first word
+    deadline = time.monotonic() + 10
+    while stopped() != before + 1:
+        assert time.monotonic() < deadline, "no usage event for the stream left mid-answer"
+        time.sleep(0.1)

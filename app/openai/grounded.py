@@ -30,6 +30,7 @@ from app.auth.access import readable_collections, request_audit
 from app.auth.guards import may_load_any_model
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.finished import FinishedAnswer, FinishedListener
+from app.chat.stopping import stopped_text
 from app.openai.errors import OpenAIError, error_body
 from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
 from app.openai.schemas import (
@@ -288,40 +289,45 @@ async def _chunks(
     first = [ChunkChoice(0, Delta(role="assistant", content=""))]
     yield _sse(ChatChunk(started.id, created, started.model, first))
     parts: list[str] = []
-    async for event in started.events():
-        if isinstance(event, TextDelta):
-            recorded.first_text()
-            parts.append(event.text)
-            choices = [ChunkChoice(0, Delta(content=event.text))]
-            yield _sse(ChatChunk(started.id, created, started.model, choices))
-        elif event.reason == "error":
-            error = failed(event)
-            await recorded.finished(None, started.model, None)
-            yield _sse(error_body(error.status, error.message, None, None))
-            return
-        else:
-            streamed = "".join(parts)
-            # The client has the markers as streamed: citations keep those numbers (a
-            # miscited sentence is flagged rather than re-pointed), so each [n] it shows
-            # is listed, and every answer position maps back to a streamed one.
-            cited = grounding.cite(streamed, repoint=False)
-            await recorded.finished(cited.answer, event.model, event.usage, cited=cited.grounded)
-            last = [ChunkChoice(0, Delta(), FINISH_REASONS[event.reason])]
-            yield _sse(
-                GroundedChunk(
-                    started.id,
-                    created,
-                    event.model,
-                    last,
-                    citations=cited.citations,
-                    unsupported=cited.unsupported_in(streamed),
-                    grounded=cited.grounded,
-                    query=grounding.query,
+    try:
+        async for event in started.events():
+            if isinstance(event, TextDelta):
+                recorded.first_text()
+                parts.append(event.text)
+                choices = [ChunkChoice(0, Delta(content=event.text))]
+                yield _sse(ChatChunk(started.id, created, started.model, choices))
+            elif event.reason == "error":
+                error = failed(event)
+                await recorded.finished(None, started.model, None)
+                yield _sse(error_body(error.status, error.message, None, None))
+                return
+            else:
+                streamed = "".join(parts)
+                # The client has the markers as streamed: citations keep those numbers (a
+                # miscited sentence is flagged rather than re-pointed), so each [n] it shows
+                # is listed, and every answer position maps back to a streamed one.
+                cited = grounding.cite(streamed, repoint=False)
+                await recorded.finished(
+                    cited.answer, event.model, event.usage, cited=cited.grounded
                 )
-            )
-            if include_usage:
-                usage = usage_out(event.usage)
-                yield _sse(ChatChunk(started.id, created, event.model, [], usage))
+                last = [ChunkChoice(0, Delta(), FINISH_REASONS[event.reason])]
+                yield _sse(
+                    GroundedChunk(
+                        started.id,
+                        created,
+                        event.model,
+                        last,
+                        citations=cited.citations,
+                        unsupported=cited.unsupported_in(streamed),
+                        grounded=cited.grounded,
+                        query=grounding.query,
+                    )
+                )
+                if include_usage:
+                    usage = usage_out(event.usage)
+                    yield _sse(ChatChunk(started.id, created, event.model, [], usage))
+    finally:  # closed before the end: the client left mid-answer, recorded as stopped
+        recorded.left("".join(parts), started.model)
     yield ServerSentEventMessage(data="[DONE]")
 
 
@@ -347,6 +353,22 @@ class _Usage:
         except Exception:
             await self.finished(None, "", None)
             raise
+
+    def left(self, partial: str, model: str) -> None:
+        """The client left before the end (nothing to await in a closing stream): the
+        answer so far, recorded as stopped, from a worker thread; nothing when told."""
+        if self.told or self.listener is None:
+            return
+        self.told = True
+        ttft = None if self.first is None else self.first - self.started
+        finished = FinishedAnswer(
+            self.question, stopped_text(partial), model, ttft, time.monotonic() - self.started,
+            None, self.document_ids, stopped=True,
+        )  # fmt: skip
+        try:
+            asyncio.get_running_loop().run_in_executor(None, self.listener, finished)
+        except RuntimeError:  # no loop: a stream closed by the garbage collector
+            self.listener(finished)
 
     async def finished(
         self, answer: str | None, model: str, usage: Usage | None, *, cited: bool = False
