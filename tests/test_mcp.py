@@ -404,17 +404,25 @@ def test_the_api_rate_limit_applies_to_mcp_calls(tmp_path: Path) -> None:
 @pytest.mark.real
 def test_an_agent_searches_and_asks_with_the_real_models(real_server: ServerProcess) -> None:
     """The bundled embedder finds a passage by meaning alone, and the bundled model answers
-    through the door, citing only the document it was given."""
+    through the door, citing only the document it was given. In a collection of its own:
+    the real server is shared, and other tests' documents are about parking too."""
     url = real_server.url
+    made = http.post(f"{url}/api/collections", json={"name": "mcp-garage"})
+    assert made.status_code in (200, 201), made.text
     text = b"Visitors park in the east garage. The garage door code is 4417."
-    uploaded = http.post(f"{url}/api/documents", files=[("file", ("garage.txt", text))])
+    uploaded = http.post(
+        f"{url}/api/documents?collection=mcp-garage", files=[("file", ("garage.txt", text))]
+    )
     assert uploaded.status_code == 201, uploaded.text
     document_id = uploaded.json()["documents"][0]["id"]
     wait_for(lambda: _indexed_over_http(url, document_id), timeout=120)
 
     async def search_and_ask(session: ClientSession) -> tuple[CallToolResult, CallToolResult]:
-        found = await session.call_tool("search", {"query": "where can guests leave a car?"})
-        asked = await session.call_tool("ask", {"question": "What is the garage door code?"})
+        where = ["mcp-garage"]
+        query = {"query": "where can guests leave a car?", "collections": where}
+        found = await session.call_tool("search", query)
+        question = {"question": "What is the garage door code?", "collections": where}
+        asked = await session.call_tool("ask", question)
         return found, asked
 
     found, asked = session_run(url, real_server.api_key, search_and_ask)
