@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, Request, Response, get
 from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.params import Parameter
 from litestar.response import Template
 
@@ -65,8 +66,23 @@ def _services(request: Request[Any, Any, Any]) -> Services:
     return services
 
 
-def _period(period: str | None, start: str | None, end: str | None, bucket: str | None) -> Period:
-    return parse_period(period or None, start or None, end or None, bucket or None)
+def provide_period(
+    period: Short = None, start: DateParam = None, to: ToParam = None, bucket: Short = None
+) -> Period:
+    """The period a request asks for: a preset (``period``) or ``from``/``to``, and a
+    ``bucket``; checked (422 saying what is wrong, and for both a preset and dates)."""
+    return parse_period(period or None, start or None, to or None, bucket or None)
+
+
+def provide_form_period(
+    period: Short = None, start: DateParam = None, to: ToParam = None, bucket: Short = None
+) -> Period:
+    """As :func:`provide_period`, for the page's form, which sends its preset choice with
+    any dates: dates given win."""
+    return provide_period(None if start or to else period, start, to, bucket)
+
+
+PERIOD = {"chosen": Provide(provide_period, sync_to_thread=False)}
 
 
 def _report(services: Services, period: Period, top: int) -> UsageReport:
@@ -156,36 +172,21 @@ class UsagePages(Controller):
     path = "/admin/usage"
     opt = ADMIN
 
-    @get("/")
+    @get("/", dependencies={"chosen": Provide(provide_form_period, sync_to_thread=False)})
     async def usage(
-        self,
-        request: Request[Any, Any, Any],
-        period: Short = None,
-        start: DateParam = None,
-        to: ToParam = None,
-        bucket: Short = None,
-        top: Top = 10,
+        self, request: Request[Any, Any, Any], chosen: Period, top: Top = 10
     ) -> Template:
-        """Usage and quality over a period; the content gaps load after the page. The
-        form sends its period choice with any dates: dates given win (the API refuses both)."""
+        """Usage and quality over a period; the content gaps load after the page."""
         services = _services(request)
-        chosen = _period(None if start or to else period, start, to, bucket)
         report = await asyncio.to_thread(_report, services, chosen, top)
         return Template("usage.html", context=_page_context(report))
 
-    @get("/gaps")
+    @get("/gaps", dependencies=PERIOD)
     async def gaps(
-        self,
-        request: Request[Any, Any, Any],
-        period: Short = None,
-        start: DateParam = None,
-        to: ToParam = None,
-        bucket: Short = None,
-        limit: GapLimit = 30,
+        self, request: Request[Any, Any, Any], chosen: Period, limit: GapLimit = 30
     ) -> Template:
         """The content-gaps partial (question texts: the view is audited)."""
         services = _services(request)
-        chosen = _period(period, start, to, bucket)
         found = await asyncio.to_thread(
             _gaps, request.app.state, services, chosen, limit, "gaps page"
         )
@@ -196,14 +197,11 @@ class UsageApi(Controller):
     path = "/api/usage"
     opt = ADMIN
 
-    @get("/")
+    @get("/", dependencies=PERIOD)
     async def usage(
         self,
         request: Request[Any, Any, Any],
-        period: Short = None,
-        start: DateParam = None,
-        to: ToParam = None,
-        bucket: Short = None,
+        chosen: Period,
         top: Top = 20,
         format: Short = None,
     ) -> Response[Any]:
@@ -211,7 +209,6 @@ class UsageApi(Controller):
         if format not in (None, "", "json", "csv"):
             raise UnprocessableInput("format must be json or csv")
         services = _services(request)
-        chosen = _period(period, start, to, bucket)
         report = await asyncio.to_thread(_report, services, chosen, top)
         if format == "csv":
             return _csv_response(report)
@@ -220,18 +217,12 @@ class UsageApi(Controller):
         )
         return Response(out)
 
-    @get("/gaps")
+    @get("/gaps", dependencies=PERIOD)
     async def gaps(
-        self,
-        request: Request[Any, Any, Any],
-        period: Short = None,
-        start: DateParam = None,
-        to: ToParam = None,
-        limit: GapLimit = 50,
+        self, request: Request[Any, Any, Any], chosen: Period, limit: GapLimit = 50
     ) -> GapsOut:
         """The questions the documents did not answer, grouped (audited)."""
         services = _services(request)
-        chosen = _period(period, start, to, None)
         found = await asyncio.to_thread(
             _gaps, request.app.state, services, chosen, limit, "gaps api"
         )
@@ -244,17 +235,13 @@ class UsageCsv(Controller):
     path = "/api/usage.csv"
     opt = ADMIN
 
-    @get("/", media_type="text/csv")
+    @get("/", media_type="text/csv", dependencies=PERIOD)
     async def export(
         self,
         request: Request[Any, Any, Any],
-        period: Short = None,
-        start: DateParam = None,
-        to: ToParam = None,
-        bucket: Short = None,
+        chosen: Period,
         top: Top = 100,
     ) -> Response[str]:
         """The report as CSV (as ``/api/usage?format=csv``)."""
         services = _services(request)
-        chosen = _period(period, start, to, bucket)
         return _csv_response(await asyncio.to_thread(_report, services, chosen, top))
