@@ -11,7 +11,7 @@ from dataclasses import asdict, fields
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Controller, Request, Response, get
+from litestar import Controller, Response, get
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.params import Parameter
@@ -25,6 +25,7 @@ from app.usage.gaps import Gap, GapFinder, GapReport
 from app.usage.period import BUCKETS, PRESETS, Period, parse_period
 from app.usage.report import BREAKDOWNS, Row, UsageReport, build_report
 from app.web.admin_pages import ADMIN
+from app.web.deps import provide_services
 
 DateParam = Annotated[str | None, Parameter(query="from", max_length=10)]
 ToParam = Annotated[str | None, Parameter(max_length=10)]
@@ -61,11 +62,6 @@ class GapsOut(msgspec.Struct):
     truncated: bool
 
 
-def _services(request: Request[Any, Any, Any]) -> Services:
-    services: Services = request.app.state.services
-    return services
-
-
 def provide_period(
     period: Short = None, start: DateParam = None, to: ToParam = None, bucket: Short = None
 ) -> Period:
@@ -83,6 +79,7 @@ def provide_form_period(
 
 
 PERIOD = {"chosen": Provide(provide_period, sync_to_thread=False)}
+SERVICES = {"services": Provide(provide_services, sync_to_thread=False)}
 
 
 def _report(services: Services, period: Period, top: int) -> UsageReport:
@@ -171,44 +168,35 @@ def _page_context(report: UsageReport) -> dict[str, Any]:
 class UsagePages(Controller):
     path = "/admin/usage"
     opt = ADMIN
+    dependencies = SERVICES
 
     @get("/", dependencies={"chosen": Provide(provide_form_period, sync_to_thread=False)})
-    async def usage(
-        self, request: Request[Any, Any, Any], chosen: Period, top: Top = 10
-    ) -> Template:
+    async def usage(self, services: Services, chosen: Period, top: Top = 10) -> Template:
         """Usage and quality over a period; the content gaps load after the page."""
-        services = _services(request)
         report = await asyncio.to_thread(_report, services, chosen, top)
         return Template("usage.html", context=_page_context(report))
 
     @get("/gaps", dependencies=PERIOD)
     async def gaps(
-        self, request: Request[Any, Any, Any], chosen: Period, limit: GapLimit = 30
+        self, state: State, services: Services, chosen: Period, limit: GapLimit = 30
     ) -> Template:
         """The content-gaps partial (question texts: the view is audited)."""
-        services = _services(request)
-        found = await asyncio.to_thread(
-            _gaps, request.app.state, services, chosen, limit, "gaps page"
-        )
+        found = await asyncio.to_thread(_gaps, state, services, chosen, limit, "gaps page")
         return Template("_usage_gaps.html", context={"found": found, "period": chosen})
 
 
 class UsageApi(Controller):
     path = "/api/usage"
     opt = ADMIN
+    dependencies = SERVICES
 
     @get("/", dependencies=PERIOD)
     async def usage(
-        self,
-        request: Request[Any, Any, Any],
-        chosen: Period,
-        top: Top = 20,
-        format: Short = None,
+        self, services: Services, chosen: Period, top: Top = 20, format: Short = None
     ) -> Response[Any]:
         """Totals, a series per bucket and breakdowns (``?format=csv``: as CSV)."""
         if format not in (None, "", "json", "csv"):
             raise UnprocessableInput("format must be json or csv")
-        services = _services(request)
         report = await asyncio.to_thread(_report, services, chosen, top)
         if format == "csv":
             return _csv_response(report)
@@ -219,13 +207,10 @@ class UsageApi(Controller):
 
     @get("/gaps", dependencies=PERIOD)
     async def gaps(
-        self, request: Request[Any, Any, Any], chosen: Period, limit: GapLimit = 50
+        self, state: State, services: Services, chosen: Period, limit: GapLimit = 50
     ) -> GapsOut:
         """The questions the documents did not answer, grouped (audited)."""
-        services = _services(request)
-        found = await asyncio.to_thread(
-            _gaps, request.app.state, services, chosen, limit, "gaps api"
-        )
+        found = await asyncio.to_thread(_gaps, state, services, chosen, limit, "gaps api")
         return GapsOut(
             _period_out(chosen), found.gaps, found.questions, found.distinct, found.truncated
         )
@@ -234,14 +219,9 @@ class UsageApi(Controller):
 class UsageCsv(Controller):
     path = "/api/usage.csv"
     opt = ADMIN
+    dependencies = SERVICES
 
     @get("/", media_type="text/csv", dependencies=PERIOD)
-    async def export(
-        self,
-        request: Request[Any, Any, Any],
-        chosen: Period,
-        top: Top = 100,
-    ) -> Response[str]:
+    async def export(self, services: Services, chosen: Period, top: Top = 100) -> Response[str]:
         """The report as CSV (as ``/api/usage?format=csv``)."""
-        services = _services(request)
         return _csv_response(await asyncio.to_thread(_report, services, chosen, top))
