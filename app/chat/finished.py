@@ -4,6 +4,7 @@ which no door sees in full. Defined here so the chat service imports no listener
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,3 +32,13 @@ class FinishedAnswer:
 # Made in the request (so it captures who asked and by which door), called once at the end.
 FinishedListener = Callable[[FinishedAnswer], None]
 ListenerFactory = Callable[[], FinishedListener | None]
+
+
+def tell_later(listener: FinishedListener, finished: FinishedAnswer) -> None:
+    """Hand ``finished`` to ``listener`` in a worker thread, without waiting for it (code
+    that may not await: a closing stream); directly when no event loop runs (a stream
+    closed by the garbage collector)."""
+    try:
+        asyncio.get_running_loop().run_in_executor(None, listener, finished)
+    except RuntimeError:
+        listener(finished)

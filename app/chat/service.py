@@ -14,7 +14,7 @@ from typing import Any
 from app.auth.scope import readable_now
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.conversations import Conversations
-from app.chat.finished import FinishedAnswer, FinishedListener, ListenerFactory
+from app.chat.finished import FinishedAnswer, FinishedListener, ListenerFactory, tell_later
 from app.chat.prefetch import Prefetcher
 from app.chat.records import Citation, Conversation, Message, ShownSource, TurnContext
 from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
@@ -546,10 +546,7 @@ def _tell(
         stopped=stopped,
         cited=done is not None and bool(done.citations),
     )
-    try:
-        asyncio.get_running_loop().run_in_executor(None, listener, finished)
-    except RuntimeError:  # no loop (a generator closed by the garbage collector)
-        listener(finished)
+    tell_later(listener, finished)
 
 
 def _cited_as_written(progress: _Progress, partial: str) -> tuple[Citation, ...]:

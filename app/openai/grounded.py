@@ -29,7 +29,7 @@ from litestar.response.sse import ServerSentEventMessage
 from app.auth.access import readable_collections, request_audit
 from app.auth.guards import may_load_any_model
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
-from app.chat.finished import FinishedAnswer, FinishedListener
+from app.chat.finished import FinishedAnswer, FinishedListener, tell_later
 from app.chat.stopping import stopped_text
 from app.openai.errors import OpenAIError, error_body
 from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
@@ -357,24 +357,26 @@ class _Usage:
     def left(self, partial: str, model: str) -> None:
         """The client left before the end (nothing to await in a closing stream): the
         answer so far, recorded as stopped, from a worker thread; nothing when told."""
-        if self.told or self.listener is None:
-            return
-        self.told = True
-        ttft = None if self.first is None else self.first - self.started
-        finished = FinishedAnswer(
-            self.question, stopped_text(partial), model, ttft, time.monotonic() - self.started,
-            None, self.document_ids, stopped=True,
-        )  # fmt: skip
-        try:
-            asyncio.get_running_loop().run_in_executor(None, self.listener, finished)
-        except RuntimeError:  # no loop: a stream closed by the garbage collector
-            self.listener(finished)
+        told = self._telling(stopped_text(partial), model, None, stopped=True)
+        if told is not None:
+            listener, finished = told
+            tell_later(listener, finished)
 
     async def finished(
         self, answer: str | None, model: str, usage: Usage | None, *, cited: bool = False
     ) -> None:
+        told = self._telling(answer, model, usage, cited=cited)
+        if told is not None:
+            listener, finished = told
+            await asyncio.to_thread(listener, finished)
+
+    def _telling(
+        self, answer: str | None, model: str, usage: Usage | None, **flags: bool
+    ) -> tuple[FinishedListener, FinishedAnswer] | None:
+        """The listener and what to tell it, the first time only (None after, or when
+        nobody listens). Nothing found: the answer came at once, its first text too."""
         if self.told or self.listener is None:
-            return
+            return None
         self.told = True
         now = time.monotonic()
         ttft = now - self.started if answer == NOTHING_FOUND else None
@@ -382,6 +384,6 @@ class _Usage:
             ttft = self.first - self.started
         finished = FinishedAnswer(
             self.question, answer, model, ttft, now - self.started, usage,
-            self.document_ids, failed=answer is None, cited=cited,
+            self.document_ids, failed=answer is None, **flags,
         )  # fmt: skip
-        await asyncio.to_thread(self.listener, finished)
+        return self.listener, finished
