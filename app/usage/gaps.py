@@ -98,7 +98,7 @@ class GapFinder:
         ordered = sorted(asked.values(), key=lambda a: (-a.count, -a.last_at))[:MAX_QUESTIONS]
         if not ordered:
             return GapReport([], rows, 0, False)
-        vectors = self._vectors([a.text for a in ordered])
+        vectors = question_vectors(self.db, self.embedder, [a.text for a in ordered])
         similar = vectors @ vectors.T >= SIMILAR
         taken = np.zeros(len(ordered), dtype=bool)
         gaps: list[Gap] = []
@@ -141,9 +141,6 @@ class GapFinder:
             else:
                 found.withheld += 1
         return asked, count
-
-    def _vectors(self, texts: list[str]) -> np.ndarray:
-        return question_vectors(self.db, self.embedder, texts)
 
 
 def wording(question: str) -> str:
