@@ -71,7 +71,7 @@ def main() -> None:
     big = large_docx(args.passages)
     with tempfile.TemporaryDirectory(prefix="ragdesk-fair-") as scratch:
         data_dir = Path(scratch) / "data"
-        _create_collection(data_dir, "other")
+        create_collection(data_dir, "other")
         server = ServerProcess(data_dir, Path(scratch) / "server.log", generator_backend="fake")
         server.start(600)
         client = httpx.Client(base_url=server.url, headers=server.headers, timeout=120)
@@ -105,7 +105,7 @@ def main() -> None:
     )
 
 
-def _create_collection(data_dir: Path, name: str) -> None:
+def create_collection(data_dir: Path, name: str) -> None:
     from app.config.settings import Settings
     from app.migrations import open_database
     from retrieval.store import DocumentStore

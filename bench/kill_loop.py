@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.fair_ingest import _create_collection, large_docx
+from bench.fair_ingest import create_collection, large_docx
 from tests.server import ServerProcess
 
 STOP_BOUND_S = 60.0  # RAGDESK_DRAIN_S (20 s) plus a bounded grace, as tests/test_stop_anywhere
@@ -56,7 +56,7 @@ def main() -> None:
         settings["embedder_backend"] = "fake"
     with tempfile.TemporaryDirectory(prefix="ragdesk-kill-") as scratch:
         data_dir = Path(scratch) / "data"
-        _create_collection(data_dir, "other")
+        create_collection(data_dir, "other")
         log = Path(scratch) / "server.log"
         for cycle in range(args.cycles):
             server = _start(data_dir, log, settings)
