@@ -1,12 +1,13 @@
 # Ragdesk. The two commands a newcomer needs:
 #   make run    set everything up (virtualenv, dependencies, default models) and start the server
-#   make test   the full test suite: lint, types, unit, real-model, HTTP and browser tests
+#   make test   the full test suite: lint, types, unit, real-model, HTTP and browser tests,
+#               then the storage tests again on PostgreSQL + pgvector
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ragdesk-installed
 
-.PHONY: run test setup browser lint typecheck pytest bench clean
+.PHONY: run test setup browser lint typecheck pytest pytest-postgres bench clean
 
 run: setup
 	$(BIN)/ragdesk serve
@@ -45,7 +46,23 @@ typecheck: setup
 pytest: setup browser
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest
 
-test: lint typecheck pytest
+# The storage-facing tests again with every table on PostgreSQL + pgvector (a real server
+# from the pgserver wheel, started by the suite itself: tests/pg_kit.py). Tests that start
+# PostgreSQL on their own (test_pg_*, test_fronts, test_migrate_store) ran in the pass above.
+PG_TESTS = tests/test_admin.py tests/test_admin_groups_ui.py tests/test_answer_versions.py \
+	tests/test_api.py tests/test_api_library.py tests/test_auth.py tests/test_chat.py \
+	tests/test_citations.py tests/test_database_unavailable.py tests/test_embedding_cache.py \
+	tests/test_feedback.py tests/test_followup.py tests/test_groups.py tests/test_identities.py \
+	tests/test_ingest.py tests/test_leases.py tests/test_library.py tests/test_mcp.py \
+	tests/test_neighbours.py tests/test_openai.py tests/test_openai_grounded.py \
+	tests/test_permissions.py tests/test_ratelimit.py tests/test_search.py \
+	tests/test_sharing.py tests/test_sources.py tests/test_stopping.py tests/test_usage.py \
+	tests/test_usage_ui.py tests/test_workspaces.py tests/test_migrations.py
+
+pytest-postgres: setup
+	RAGDESK_TEST_STORE=postgresql HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest $(PG_TESTS)
+
+test: lint typecheck pytest pytest-postgres
 
 # Every benchmark of docs/BENCHMARKS.md, one after another (about an hour on 2 cores).
 bench: setup

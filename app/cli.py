@@ -26,6 +26,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     serve.add_argument("--data-dir", type=Path, help="database, index, uploads (default ./data)")
     serve.add_argument("--certfile", type=Path, help="PEM certificate: serve HTTPS")
     serve.add_argument("--keyfile", type=Path, help="PEM private key of --certfile")
+    serve.add_argument(
+        "--role",
+        choices=["all", "web", "worker"],
+        help="web: HTTP only, no ingestion; worker: ingestion (and scheduled syncs), HTTP "
+        "only for health and metrics; all: both (default, or RAGDESK_ROLE)",
+    )
     prepare = commands.add_parser("prepare", help="put the default models in place, then exit")
     prepare.add_argument("--data-dir", type=Path, help="where models are kept (default ./data)")
     ingest = commands.add_parser(
@@ -69,6 +75,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     restore.add_argument(
         "--data-dir", type=Path, required=True, help="the new data directory (absent or empty)"
     )
+    move = commands.add_parser(
+        "migrate-store",
+        help="copy a SQLite installation's database into an empty PostgreSQL database",
+    )
+    move.add_argument("--from-data-dir", type=Path, required=True, metavar="DIR")
+    move.add_argument("--to", required=True, metavar="postgresql://…", help="the target")
     sync = commands.add_parser(
         "sync", help="sync synced sources (all, or one by name or id) and ingest, then exit"
     )
@@ -84,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             data_dir=args.data_dir,
             tls_certfile=args.certfile,
             tls_keyfile=args.keyfile,
+            role=args.role,
         )
     elif args.command == "prepare":
         _prepare(data_dir=args.data_dir)
@@ -117,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(status)
     elif args.command in ("backup", "restore"):
         sys.exit(_backup_or_restore(args))
+    elif args.command == "migrate-store":
+        sys.exit(_migrate_store(args.from_data_dir, args.to))
     elif args.command in ("users", "keys"):
         sys.exit(auth_commands.run(args))
     elif args.command == "models":
@@ -149,6 +164,21 @@ def _owning(settings: Settings, holder: str) -> Iterator[None]:
     except DataDirBusy as exc:
         print(f"ragdesk: {exc}", file=sys.stderr)
         sys.exit(2)
+
+
+def _migrate_store(data_dir: Path, url: str) -> int:
+    """Exit 0 when every table's count matched; a refusal is one line on stderr."""
+    from app.ops.migrate_store import TargetNotEmpty, migrate_store
+    from retrieval.pg import StoreUnavailable
+
+    if not url.startswith(("postgresql://", "postgres://")):
+        print("ragdesk: --to must be a postgresql:// URL", file=sys.stderr)
+        return 2
+    try:
+        return migrate_store(data_dir, url)
+    except (TargetNotEmpty, StoreUnavailable) as exc:
+        print(f"ragdesk: {exc}", file=sys.stderr)
+        return 1
 
 
 def _backup_or_restore(args: argparse.Namespace) -> int:
@@ -214,7 +244,8 @@ def _serve(**overrides: Any) -> None:
     settings = _settings(**overrides)
     server = settings.server
     scheme = "https" if server.tls_certfile else "http"
-    print(f"Ragdesk on {scheme}://{server.host}:{server.port} (data in {server.data_dir})")
+    role = "" if server.role == "all" else f", role {server.role}"
+    print(f"Ragdesk on {scheme}://{server.host}:{server.port} (data in {server.data_dir}{role})")
     with _owning(settings, f"ragdesk serve on port {server.port}"):
         app = create_app(settings)
         run(  # uvicorn, draining on SIGTERM first (app/ops/server.py)

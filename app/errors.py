@@ -8,6 +8,7 @@ without internals.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -18,6 +19,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from app.auth.redirects import safe_next
 from llm.params import EngineError, Overloaded
+from retrieval.blobs import BlobsUnavailable
 from retrieval.disk import is_disk_full
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,36 @@ class InsufficientStorage(AppError):
         )
 
 
+class StorageUnavailable(AppError):
+    """The store of uploaded originals (a bucket, a shared volume) cannot be reached: the
+    reason goes to the log and to admins' readiness, never to the caller (it names hosts)."""
+
+    status = 503
+    title = "Unavailable"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the storage of uploaded files cannot be reached, so nothing was changed; try "
+            "again shortly",
+            headers={"Retry-After": "10"},
+        )
+
+
+class DatabaseUnavailable(AppError):
+    """PostgreSQL cannot be reached, answers too slowly, or refuses writes (a failover):
+    the reason (it names the host) goes to the log and to admins' readiness, never to
+    the caller."""
+
+    status = 503
+    title = "Unavailable"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the database cannot be reached just now; try again shortly",
+            headers={"Retry-After": "5"},
+        )
+
+
 class Busy(AppError):
     status = 503
     title = "Busy"
@@ -89,10 +121,27 @@ def _engine_headers(exc: EngineError) -> dict[str, str]:
 
 def as_disk_full(request: Request[Any, Any, Any], exc: Exception) -> Exception:
     """A full disk, wherever it surfaced, as ``InsufficientStorage`` (and told to the
-    services' disk watch, which logs it once and makes readiness report it)."""
+    services' disk watch, which logs it once and makes readiness report it); the store of
+    originals out of reach as ``StorageUnavailable`` and the database as
+    ``DatabaseUnavailable`` (503, ``Retry-After``; readiness is told at once)."""
+    if isinstance(exc, BlobsUnavailable):
+        return StorageUnavailable()
     services = getattr(request.app.state, "services", None)
+    if is_store_unavailable(exc):
+        if services is not None:
+            services.database.failed(str(exc))  # logs the change, once
+        else:
+            log.error("the database cannot be used: %s", exc)  # the password blanked
+        return DatabaseUnavailable()
     full = services.disk.saw(exc) if services is not None else is_disk_full(exc)
     return InsufficientStorage() if full else exc
+
+
+def is_store_unavailable(exc: BaseException) -> bool:
+    """``exc`` is retrieval.pg's ``StoreUnavailable``. That module (psycopg) is loaded
+    only on PostgreSQL: when it is not loaded, no such exception can have been raised."""
+    pg = sys.modules.get("retrieval.pg")
+    return pg is not None and isinstance(exc, pg.StoreUnavailable)
 
 
 def _describe(exc: Exception) -> tuple[int, str, str, dict[str, str]]:

@@ -12,7 +12,7 @@ from litestar.exceptions import NotFoundException
 from litestar.middleware import DefineMiddleware
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
-from litestar.types import Message, Scope
+from litestar.types import ControllerRouterHandler, Message, Scope
 
 from app.auth.guards import csrf_token, may_write, require_principal
 from app.auth.hosts import AllowedHosts
@@ -104,57 +104,18 @@ def _configure_templates(engine: JinjaTemplateEngine) -> None:
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or Settings()
     drain = Drain(settings.server.drain_s)  # SIGTERM's graceful drain (app/ops/drain.py)
+    # syncs and the MCP door stop before the services
+    lifespans = [services_lifespan, sources_lifespan, mcp_lifespan]
+    handlers: list[ControllerRouterHandler] = [live, ready, metrics_endpoint]
+    if settings.server.role == "worker":  # ingestion and syncs: only probes and metrics
+        lifespans.remove(mcp_lifespan)
+    else:
+        handlers = _web_handlers(settings)
     return Litestar(
-        route_handlers=[
-            live,
-            ready,
-            AuthPages,
-            *sso_routes(settings),
-            AccountPages,
-            AdminPages,
-            EvalPages,
-            FeedbackPages,
-            UsagePages,
-            SourcesPages,
-            GroupsPages,
-            FeedbackUi,
-            FeedbackApi,
-            UsageApi,
-            UsageCsv,
-            Pages,
-            Partials,
-            ConversationsUi,
-            SharesUi,
-            CollectionsUi,
-            WorkspacesUi,
-            DocumentsApi,
-            SearchApi,
-            ChatApi,
-            PrefetchApi,
-            CollectionsApi,
-            ConversationsApi,
-            ConversationSharesApi,
-            SharedApi,
-            SharesAdminApi,
-            SourcesApi,
-            UsersApi,
-            KeysApi,
-            GroupsApi,
-            CompletionsApi,
-            openai_router,
-            metrics_endpoint,
-            mcp_endpoint,
-            create_static_files_router(
-                path="/static",
-                directories=[settings.static_dir],
-                opt={"public": True},
-                before_request=_refuse_impossible_file_names,
-            ),
-        ],
+        route_handlers=handlers,
         state=State({"settings": settings, "drain": drain}),
         guards=[require_principal],  # every route; opt={"public": True} is the allowlist
-        # syncs and the MCP door stop before the services
-        lifespan=[services_lifespan, sources_lifespan, mcp_lifespan],
+        lifespan=lifespans,
         template_config=TemplateConfig(
             directory=settings.templates_dir,
             engine=JinjaTemplateEngine,
@@ -171,6 +132,56 @@ def create_app(settings: Settings | None = None) -> Litestar:
             DefineMiddleware(DrainGate, drain=drain),
         ],
     )
+
+
+def _web_handlers(settings: Settings) -> list[ControllerRouterHandler]:
+    """Every page and API (the ``web`` and ``all`` roles)."""
+    return [
+        live,
+        ready,
+        AuthPages,
+        *sso_routes(settings),
+        AccountPages,
+        AdminPages,
+        EvalPages,
+        FeedbackPages,
+        UsagePages,
+        SourcesPages,
+        GroupsPages,
+        FeedbackUi,
+        FeedbackApi,
+        UsageApi,
+        UsageCsv,
+        Pages,
+        Partials,
+        ConversationsUi,
+        SharesUi,
+        CollectionsUi,
+        WorkspacesUi,
+        DocumentsApi,
+        SearchApi,
+        ChatApi,
+        PrefetchApi,
+        CollectionsApi,
+        ConversationsApi,
+        ConversationSharesApi,
+        SharedApi,
+        SharesAdminApi,
+        SourcesApi,
+        UsersApi,
+        KeysApi,
+        GroupsApi,
+        CompletionsApi,
+        openai_router,
+        metrics_endpoint,
+        mcp_endpoint,
+        create_static_files_router(
+            path="/static",
+            directories=[settings.static_dir],
+            opt={"public": True},
+            before_request=_refuse_impossible_file_names,
+        ),
+    ]
 
 
 def _cors(settings: Settings) -> CORSConfig | None:

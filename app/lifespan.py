@@ -22,9 +22,12 @@ from app.auth.scoped_search import ScopedRetriever
 from app.auth.service import ensure_first_admin, open_auth
 from app.chat.conversations import Conversations
 from app.chat.service import ChatConfig, ChatService
+from app.chat.stop_relay import StopRelay
+from app.config.originals import open_originals
 from app.config.retrieval import (
     build_embedder,
     build_parser,
+    data_dir_leases,
     open_vector_index,
 )
 from app.config.search_stages import batched, reranker
@@ -38,22 +41,22 @@ from llm.engine.kv_disk import give_back_space, sweep_kv_leftovers
 from llm.models import sweep_partial_models
 from llm.params import ModelUnavailable
 from llm.registry import Registry
+from retrieval.blobs import BlobsUnavailable
 from retrieval.disk import DiskWatch
 from retrieval.ingest import IngestWorker
 from retrieval.leftovers import sweep_data_leftovers
 from retrieval.library import Library
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
-from retrieval.uploads import UploadFiles
 
 log = logging.getLogger(__name__)
 
 
 def open_services(settings: Settings) -> Services:
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     store = DocumentStore(db)
-    files = UploadFiles(settings.uploads_dir)
+    files = open_originals(settings)
     disk = DiskWatch(settings.server.data_dir)
     kv_floor = settings.generation.kv_disk_min_free_bytes
     disk.reclaimers.append(lambda: give_back_space(settings.kv_dir, kv_floor))
@@ -83,7 +86,10 @@ def _sweep_crash_leftovers(services: Services) -> None:
     """What a kill can leave (temp files of index saves, uploads and KV states, originals
     whose row was deleted): before any request or the load thread can be writing."""
     settings = services.settings
-    sweep_data_leftovers(settings.index_dir, services.library)
+    try:
+        sweep_data_leftovers(settings.index_dir, services.library)
+    except BlobsUnavailable as exc:  # the server starts anyway; readiness says why
+        log.warning("uploaded originals not swept: %s", exc)
     sweep_kv_leftovers(settings.kv_dir)
     sweep_partial_models(settings.models_dir)
 
@@ -95,6 +101,9 @@ def load_models(services: Services) -> None:
     except Exception as exc:
         log.exception("loading the embedder or the vector index failed")
         services.load_errors.append(f"the embedder failed to load: {type(exc).__name__}: {exc}")
+    if services.settings.server.role == "worker":  # ingestion only: no chat model
+        services.mark_loaded()
+        return
     try:
         from app.config.models import build_registry  # imports llm.local: llama.cpp, on use
 
@@ -126,17 +135,22 @@ def _load_retrieval(services: Services) -> Retrieval:
         parse=services.parser.parse,
         locate=services.parser.passage_boxes,
         parse_with_ocr=services.parser.parse_with_ocr,
+        leases=data_dir_leases(services.db, settings),
     )
     requeued = services.store.requeue_without_vectors(embedder.model_id)
     if requeued:
         log.info("re-embedding %d documents with %s", requeued, embedder.model_id)
     services.disk.reclaimers.append(worker.give_back_space)
-    services.library.attach_worker(worker)
+    # A web front ingests nothing: a worker's poll takes the uploads from the database.
+    services.library.attach_worker(worker, start=settings.server.role != "web")
     # Only the very first start gets the samples: deleting them is respected. Submitting
     # twice (a crash before the flag) is harmless: identical content is deduplicated.
     if settings.server.load_samples and not services.store.has_flag("samples_loaded"):
-        _submit_samples(services, settings.samples_dir)
-        services.store.set_flag("samples_loaded")
+        try:
+            _submit_samples(services, settings.samples_dir)
+            services.store.set_flag("samples_loaded")
+        except BlobsUnavailable as exc:  # not a reason to go without search: next start
+            log.warning("the sample documents were not loaded: %s", exc)
     search = settings.search.config()
     # Scoped: every search served for a request sees only collections its principal may read.
     retriever = ScopedRetriever(embedder, index, services.store, search, reranker(settings))
@@ -167,6 +181,7 @@ async def services_lifespan(app: Litestar) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     services = await asyncio.to_thread(open_services, settings)
     app.state.services = services
+    services.stop_relay = _stop_relay(services, asyncio.get_running_loop())
     loader = threading.Thread(target=load_models, args=(services,), name="ragdesk-load")
     loader.start()
     try:
@@ -175,9 +190,24 @@ async def services_lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.work_left_running = not await asyncio.to_thread(_shutdown, services, loader)
 
 
+def _stop_relay(services: Services, loop: asyncio.AbstractEventLoop) -> StopRelay | None:
+    """On PostgreSQL (several fronts), Stop requests travel between fronts."""
+    from retrieval.pg import PostgresDatabase
+
+    if not isinstance(services.db, PostgresDatabase):
+        return None
+
+    def stop_here(question_id: int) -> bool:
+        return services.chat.stop(question_id) if services.chat is not None else False
+
+    return StopRelay(services.db, stop_here, loop)
+
+
 def _shutdown(services: Services, loader: threading.Thread) -> bool:
     """Stop everything; False when the ingestion worker outlived its bound (the process
     must then end without finalising the interpreter: see ``app.cli``)."""
+    if services.stop_relay is not None:
+        services.stop_relay.close()
     loader.join()
     if services.models is not None:
         services.models.close()

@@ -14,12 +14,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app.errors import is_store_unavailable
 from app.fleet_metrics import FleetGauges
 from llm.backend import Backend
 from llm.params import FinishReason, Usage
 from retrieval.disk import DiskWatch
 
 if TYPE_CHECKING:
+    from app.ops.database_watch import DatabaseWatch
     from retrieval.ingest import IngestWorker
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -83,6 +85,10 @@ class Metrics:
         r.register(FleetGauges(loaded))  # per-endpoint: app/fleet_metrics.py
         if disk is not None:
             r.register(_DiskGauges(disk))
+
+    def watch_database(self, watch: DatabaseWatch) -> None:
+        """Export whether the database server answers (PostgreSQL; SQLite always does)."""
+        self.registry.register(_DatabaseGauges(watch))
 
     # --- EngineObserver ---------------------------------------------------------------------
     def first_token(self, model: str, seconds: float) -> None:
@@ -184,6 +190,22 @@ class _DiskGauges(Collector):
             )
 
 
+class _DatabaseGauges(Collector):
+    """Readiness says 503 while the database cannot be used; this is where an alert looks
+    across fronts. Read from the watch's last check: a scrape never waits on the server."""
+
+    def __init__(self, watch: DatabaseWatch):
+        self._watch = watch
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "ragdesk_database_up",
+            "1 while the database answers; 0 while it cannot be used (unreachable, too"
+            " slow, or found read-only).",
+            value=int(self._watch.problem(wait=False) is None),
+        )
+
+
 class _RetrievalGauges(Collector):
     def __init__(self, worker: Callable[[], IngestWorker | None]):
         self._worker = worker
@@ -192,18 +214,25 @@ class _RetrievalGauges(Collector):
         worker = self._worker()
         if worker is None:  # still loading, or the embedder failed to
             return
+        try:  # on PostgreSQL (pgvector) the index's numbers are read from the database
+            count, mapped = worker.index.count, worker.index.mapped
+            pending, usage = worker.pending, worker.cache_usage
+        except Exception as exc:
+            if not is_store_unavailable(exc):
+                raise
+            return  # the database is away: ragdesk_database_up says so
         yield GaugeMetricFamily(
-            "ragdesk_index_vectors", "Passages in the vector index.", value=worker.index.count
+            "ragdesk_index_vectors", "Passages in the vector index.", value=count
         )
         yield GaugeMetricFamily(
             "ragdesk_index_mapped",
             "1 when the vector index is searched memory-mapped from disk.",
-            value=int(worker.index.mapped),
+            value=int(mapped),
         )
         yield GaugeMetricFamily(
-            "ragdesk_ingestion_queue", "Documents waiting to be ingested.", value=worker.pending
+            "ragdesk_ingestion_queue", "Documents waiting to be ingested.", value=pending
         )
-        if (usage := worker.cache_usage) is not None:  # known after the first prune
+        if usage is not None:  # known after the first prune
             cache = GaugeMetricFamily(
                 "ragdesk_embedding_cache_bytes",
                 "Embedding cache size; 'spare': vectors no live passage needs.",

@@ -1,4 +1,4 @@
-"""What a running app holds (``app.state.services``): SQLite, the libraries' objects and
+"""What a running app holds (``app.state.services``): the database, the libraries' objects and
 the models once loaded, and whether it is ready. app/lifespan.py builds and tears it down.
 """
 
@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from app.auth.service import Auth
 from app.chat.conversations import Conversations
 from app.chat.service import ChatService
+from app.chat.stop_relay import StopRelay
 from app.config.settings import Settings
 from app.documents.page_images import PageImages
 from app.errors import NotReady
 from app.metrics import Metrics
+from app.ops.database_watch import DatabaseWatch
 from llm.backend import Backend
 from llm.registry import Registry
 from retrieval.db import Database
@@ -52,27 +54,41 @@ class Services:
     models: Registry | None = None
     retrieval: Retrieval | None = None
     chat: ChatService | None = None
+    stop_relay: StopRelay | None = None  # several fronts on PostgreSQL: Stop reaches them all
     load_errors: list[str] = field(default_factory=list)
     _loaded: threading.Event = field(default_factory=threading.Event)
+    # PostgreSQL out of reach, too slow or read-only: readiness says so (a cached check)
+    database: DatabaseWatch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.database = DatabaseWatch.of(self.db)
+        if self.database.watched:
+            self.metrics.watch_database(self.database)
 
     @property
     def ready(self) -> bool:
+        if self.settings.server.role == "worker":  # ingestion only: no chat model to load
+            return self.retrieval is not None and self.problem is None
         return self.retrieval is not None and self.chat is not None and self.problem is None
 
     @property
     def problem(self) -> str | None:
         """Why the service is not ready, when something went wrong (not just starting)."""
+        if database := self.database.problem():  # nothing works without it
+            return database
         if self.load_errors:
             return "; ".join(self.load_errors)
         if self.retrieval is not None and not self.retrieval.worker.alive:
             return "the ingestion worker has stopped; see the server log"
-        return self.parser.problem
+        # A bucket or shared volume out of reach: a cached check, never a wait here.
+        return self.library.files.problem() or self.parser.problem
 
     @property
     def problem_kind(self) -> str:
         """What went wrong, in words that never come from the error itself: the error's
         text names model files and exception messages, which only admins may see."""
-        kinds = [
+        kinds = ["the database cannot be reached"] if self.database.problem() else []
+        kinds += [
             f"the {component} failed to load"
             for component in LOADED_COMPONENTS
             if any(error.startswith(f"the {component} ") for error in self.load_errors)
@@ -81,6 +97,8 @@ class Services:
             kinds.append("a component failed to load")
         if self.retrieval is not None and not self.retrieval.worker.alive:
             kinds.append("the ingestion worker has stopped")
+        if self.library.files.problem():
+            kinds.append("the storage of uploaded files cannot be reached")
         if self.parser.problem:
             kinds.append("the document parser does not start")
         return "; ".join(kinds) or "not ready"

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-from retrieval.db import Database
+from retrieval.db import SqliteDatabase
 from retrieval.embedder import Embedder, SentenceTransformerEmbedder, bundled_embedder_dir
 from retrieval.index import FaissIndex
 from retrieval.ingest import IngestConfig, IngestWorker
@@ -87,7 +87,7 @@ def ingest_files(
 
 def open_library(root: Path, embedder: Embedder) -> tuple[DocumentStore, Library, FaissIndex]:
     """Real SQLite, upload directory and FAISS index under ``root`` (created or reopened)."""
-    store = DocumentStore(Database(root / "ragdesk.db"))
+    store = DocumentStore(SqliteDatabase(root / "ragdesk.db"))
     library = Library(store, UploadFiles(root / "uploads"))
     index, _ = open_index(
         root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension

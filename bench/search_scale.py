@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.query import percentile
-from retrieval.db import Database
+from retrieval.db import SqliteDatabase
 from retrieval.embedder import Vectors
 from retrieval.index_types import IndexSpec
 from retrieval.lexical import fts_query
@@ -127,7 +127,7 @@ def main() -> None:
     results: dict[str, object] = {"chunks": args.chunks, "queries": args.queries}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        store = DocumentStore(Database(root / "ragdesk.db"))
+        store = DocumentStore(SqliteDatabase(root / "ragdesk.db"))
         started = time.perf_counter()
         populate(store, texts, vectors, documents=1_000)
         results["populate_s"] = round(time.perf_counter() - started, 1)

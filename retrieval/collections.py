@@ -14,7 +14,6 @@ document deleted alone.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 import unicodedata
 from collections.abc import Collection
@@ -25,6 +24,7 @@ import numpy as np
 
 from retrieval.db import Database
 from retrieval.index import IdArray
+from retrieval.sql import IntegrityError, RawConnection
 from retrieval.store import NEXT_COLLECTION_ID
 
 MAX_NAME_CHARS = 100
@@ -86,7 +86,7 @@ class CollectionSettings:
 
 @dataclass(frozen=True)
 class DeletedCollection:
-    """What deleting a collection removed from SQLite: its documents' passages (to drop
+    """What deleting a collection removed from the database: its documents' passages (to drop
     from the vector index) and their stored originals (to delete when no longer used)."""
 
     settings: CollectionSettings
@@ -146,8 +146,10 @@ class Workspaces:
         return next((c for c in self.every() if c.name.casefold() == wanted), None)
 
     def every(self) -> list[CollectionSettings]:
-        rows = self.db.read().execute(f"{_SELECT} ORDER BY c.name")
-        return [CollectionSettings.from_row(r) for r in rows]
+        """Every collection by name, in code point order on both stores (a PostgreSQL
+        server's collation may sort text otherwise)."""
+        rows = self.db.read().execute(_SELECT)
+        return sorted((CollectionSettings.from_row(r) for r in rows), key=lambda c: c.name)
 
     def create(self, raw_name: str) -> tuple[CollectionSettings, bool]:
         """A new collection, or (``created`` False) the one with exactly this name: a
@@ -223,10 +225,10 @@ class Workspaces:
         marks = ",".join("?" * len(collection_ids))
         rows = self.db.read().execute(
             f"SELECT name, instructions FROM collections WHERE id IN ({marks})"  # noqa: S608
-            " AND instructions != '' ORDER BY name",
+            " AND instructions != ''",
             sorted(collection_ids),
         )
-        return [(str(r[0]), str(r[1])) for r in rows]
+        return sorted((str(r[0]), str(r[1])) for r in rows)  # code points, as every()
 
     def default_models(self, collection_ids: Collection[int]) -> set[str]:
         """The distinct default models set on these collections."""
@@ -241,7 +243,7 @@ class Workspaces:
         return {str(r[0]) for r in rows}
 
     def delete(self, collection_id: int) -> DeletedCollection:
-        """Delete the collection with its documents, passages and vectors in SQLite, in one
+        """Delete the collection with its documents, passages and vectors in the database, in one
         transaction; the caller drops the passages from the vector index and deletes the
         originals no other document names. Raises :class:`CollectionMissing`, and
         :class:`CollectionInUse` while other records (a synced source) need it."""
@@ -259,9 +261,11 @@ class Workspaces:
                     " WHERE d.collection_id = ?",
                     [collection_id],
                 ).fetchall()
-                db.execute("DELETE FROM documents WHERE collection_id = ?", [collection_id])
-                cursor = db.execute("DELETE FROM collections WHERE id = ?", [collection_id])
-        except sqlite3.IntegrityError:
+                # On ``db.conn``: sqlite-utils' ``execute`` would commit the first delete
+                # alone, and a refused second one would leave the documents deleted.
+                db.conn.execute("DELETE FROM documents WHERE collection_id = ?", [collection_id])
+                cursor = db.conn.execute("DELETE FROM collections WHERE id = ?", [collection_id])
+        except IntegrityError:  # a synced source's row names it (either store)
             raise CollectionInUse(
                 "other records still use this collection (a synced source fills it)"
             ) from None
@@ -274,7 +278,7 @@ class Workspaces:
             frozenset(str(r[1]) for r in documents),
         )
 
-    def _named(self, conn: sqlite3.Connection, name: str) -> tuple[int, str] | None:
+    def _named(self, conn: RawConnection, name: str) -> tuple[int, str] | None:
         """(id, name) of the collection called ``name`` regardless of case, read on the
         writer connection inside its transaction (no other writer can add one meanwhile)."""
         wanted = name.casefold()

@@ -125,8 +125,10 @@ class EmbeddingCache:
         now = self.clock()
         with self.db.write() as db:
             db.conn.executemany(
-                "INSERT OR REPLACE INTO embedding_cache"
-                " (text_sha256, model_id, vector, created_at, last_used) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO embedding_cache"
+                " (text_sha256, model_id, vector, created_at, last_used) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (text_sha256, model_id) DO UPDATE SET vector = excluded.vector,"
+                " created_at = excluded.created_at, last_used = excluded.last_used",
                 (
                     (key, model_id, np.asarray(v, dtype=np.float32).tobytes(), now, now)
                     for key, v in vectors.items()
@@ -206,8 +208,9 @@ class EmbeddingCache:
             keys = [(row[0], text_key(passage_text(row)), row[0]) for row in rows]
             with self.db.write() as db:  # a passage deleted meanwhile gets no key
                 db.conn.executemany(
-                    "INSERT OR REPLACE INTO chunk_text_keys (chunk_id, text_sha256)"
-                    " SELECT ?, ? WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?)",
+                    "INSERT INTO chunk_text_keys (chunk_id, text_sha256)"
+                    " SELECT ?, ? WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?)"
+                    " ON CONFLICT (chunk_id) DO UPDATE SET text_sha256 = excluded.text_sha256",
                     keys,
                 )
             time.sleep(_PAUSE_S)

@@ -1,4 +1,5 @@
-"""Evaluation runs kept in SQLite (migration m009), so runs can be compared over time."""
+"""Evaluation runs kept in the database (migration m009), so runs can be compared over
+time."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from retrieval.db import Database
 from retrieval.evaluation import EvalReport
+from retrieval.sql import insert_row
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def save_run(
         "details": json.dumps([asdict(r) for r in report.results]),
     }
     with db.write() as conn:
-        return int(conn.table("eval_runs").insert(row).last_rowid or 0)
+        return insert_row(conn, "eval_runs", row)
 
 
 def run_history(db: Database, limit: int = 20) -> list[EvalRun]:

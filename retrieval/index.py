@@ -14,8 +14,9 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +53,16 @@ Journal = list[tuple[IdArray, Vectors | None]]  # writes to replay: (ids, vector
 
 class VectorIndex(Protocol):
     def search(self, query: Vectors, k: int, *, allowed: IdArray | None = None) -> Hits: ...
+
+
+@runtime_checkable
+class ScopedVectorIndex(Protocol):
+    """An index that filters by collection itself, before the top k, and holds only
+    passages of indexed documents (pgvector: retrieval/pg_vectors.py)."""
+
+    def search_scoped(
+        self, query: Vectors, k: int, collection_ids: Collection[int] | None
+    ) -> Hits: ...
 
 
 class FaissIndex:

@@ -8,6 +8,13 @@ documents in progress (``retrieval/embed_slices.py``: one collection's large doc
 never holds up another's upload). SQLite is written before FAISS; the FAISS file is
 checkpointed after a quiet period, and anything a crash loses is caught up from SQLite
 on the next start.
+
+Several processes may ingest from one database: each takes a document's lease before it
+parses it and renews it while it works (``retrieval/leases.py``), so no document is worked
+on twice, and one whose process died is finished by another once its lease runs out. Work
+arrives in two ways: this process's uploads (``enqueue``, at once), and a poll of the
+database every ``poll_s`` for documents nobody holds (other processes' uploads, leases run
+out).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.blobs import BlobsUnavailable, Originals
 from retrieval.chunking import chunk_page
 from retrieval.collections import Workspaces
 from retrieval.disk import is_disk_full
@@ -33,14 +41,15 @@ from retrieval.embedder import Embedder, Vectors
 from retrieval.embedding_cache import CacheUsage, EmbeddingCache
 from retrieval.embedding_cache import embedding_text as embedding_text  # re-exported
 from retrieval.index import FaissIndex
+from retrieval.leases import Leases
 from retrieval.parse_slots import ParseSlots
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.parsers.page_boxes import passage_boxes
+from retrieval.pg_vectors import PgVectorIndex
 from retrieval.records import DocumentRecord
 from retrieval.store import DocumentGone, DocumentStore, stored_title
 from retrieval.types import Box, ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
-from retrieval.uploads import UploadFiles
 from retrieval.vector_sync import restructure_if_needed
 
 log = logging.getLogger(__name__)
@@ -63,6 +72,9 @@ EMBED_SLICE = 512
 MAX_BOXED_PASSAGES = 20_000
 # A document a full disk stopped is queued again this long after (it stays ``queued``).
 DISK_RETRY_S = 30.0
+# A poll of the database brings at most this many documents of each collection per parse
+# backlog entry (more could not be in flight anyway; the next poll brings the rest).
+POLL_PER_OWNER = 2
 
 
 class IngestStopped(Exception):
@@ -84,6 +96,11 @@ class IngestConfig:
     embedding_cache_max_bytes: int | None = 128 << 20
     # A document cut into more passages fails with a reason (memory stays bounded by it).
     max_document_passages: int = 100_000
+    # A document's lease (retrieval/leases.py): renewed every third of it while the worker
+    # works on it; a process that dies holding one leaves it to another after this long.
+    lease_s: float = 60.0
+    # How often a started worker looks in the database for documents nobody holds.
+    poll_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -112,17 +129,21 @@ class IngestWorker:
     def __init__(
         self,
         store: DocumentStore,
-        files: UploadFiles,
+        files: Originals,
         embedder: Embedder,
-        index: FaissIndex,
+        index: FaissIndex | PgVectorIndex,
         index_dir: Path,
         config: IngestConfig,
         parse: Parse = parse_document,
         progress: Progress | None = None,
         locate: Locate = passage_boxes,
         parse_with_ocr: ParseWithOcr | None = None,
+        leases: Leases | None = None,
     ):
         self.store = store
+        # Production passes the data directory's (which hands over a dead process's leases
+        # at once); without it, they run out.
+        self.leases = leases or Leases(store.db, lease_s=config.lease_s)
         # Production passes IsolatedParser.parse_with_ocr; without it a collection's OCR
         # switch is not honoured and every file parses with ``parse``.
         self.parse_with_ocr = parse_with_ocr
@@ -158,6 +179,15 @@ class IngestWorker:
         self._retry_lock = threading.Lock()
         self._disk_told = False
         self._thread = threading.Thread(target=self._run, name="ragdesk-ingest", daemon=True)
+        self._started = False
+        # Leases held: document id -> the claim's turn (a renewal that finds a lease gone
+        # drops it only if it is not a newer claim of the same document meanwhile).
+        self._leased: dict[int, int] = {}
+        self._lost: set[int] = set()  # leases taken over by another replica: work stops
+        self._turns = 0
+        self._leases_lock = threading.Lock()
+        self._keeper: threading.Thread | None = None
+        self._keeper_stop = threading.Event()
 
     @property
     def pending(self) -> int:
@@ -170,13 +200,19 @@ class IngestWorker:
         )
 
     def start(self) -> None:
+        self.leases.take_over()  # the leases of the process before us on this data dir
+        self._started = True
         self._thread.start()
         self._slots.start()
-        for document_id in self.store.unfinished_documents():
-            self.enqueue(document_id)  # resume work a crash or restart interrupted
+        self._poll()  # resume work a crash or restart interrupted, and what others queued
+        self._start_keeper(poll=True)
 
     def enqueue(self, document_id: int) -> None:
-        self._slots.put(document_id)
+        """Work on the document at once (this process's upload). Before :meth:`start`
+        (a web front's worker is never started) nothing: the document waits in the
+        database for a worker's poll."""
+        if self._started:
+            self._slots.put(document_id)
 
     def _owner_of(self, document_id: int) -> int | None:
         document = self.store.get_document(document_id)
@@ -188,21 +224,39 @@ class IngestWorker:
 
     @property
     def alive(self) -> bool:
+        """Not stopped by a failure: its threads run (a worker never started, a web
+        front's, has none to lose)."""
+        if not self._started:
+            return not self._stopping.is_set()
         return self._thread.is_alive() and self._slots.alive
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Finish the current batch, checkpoint, stop; False if that took longer than timeout
         (a parse in progress may: the parser's close ends it).
 
-        Documents still queued stay ``queued`` in SQLite and resume on the next start.
+        Documents still queued stay ``queued`` in SQLite and resume on the next start; the
+        leases held are given back (when everything stopped), so another process may take
+        them at once.
         """
         deadline = time.monotonic() + timeout
         self._stopping.set()
+        if not self._started:  # a front's: only the index's deletions to save
+            self.checkpoint()
+            return True
         self._slots.stop()  # wakes the worker if it waits for parsed documents
         self._thread.join(timeout)
         stopped = self._slots.join(deadline) and not self._thread.is_alive()
-        if not stopped:
+        self._stop_keeper()
+        if not stopped:  # still writing: its leases run out, never under its feet
             log.warning("ingestion still busy after %.0fs; SQLite has its work", timeout)
+            return False
+        with self._leases_lock:
+            held = list(self._leased)
+            self._leased.clear()
+        try:
+            self.leases.release(held)
+        except Exception:  # the database is gone: they run out instead
+            log.exception("could not give back the leases of documents %s", sorted(held))
         return stopped
 
     def checkpoint(self) -> None:
@@ -255,8 +309,8 @@ class IngestWorker:
                 break
             except Exception:  # keep the worker alive whatever a round does
                 log.exception("ingestion of documents %s failed unexpectedly", sorted(self._taken))
-                for document_id in list(self._taken):  # unfinished in SQLite: resumed on start
-                    self._finish(document_id)
+                for document_id in list(self._taken):  # unfinished in SQLite: taken again
+                    self._finish(document_id, release=False)  # when their leases run out
                 active = []
             finally:
                 self._embedding = len(active)
@@ -356,24 +410,145 @@ class IngestWorker:
 
     def ingest_many(self, document_ids: list[int]) -> None:
         """Parse each document in the calling thread, then store, embed and index them
-        together, as the worker thread would."""
-        parsed = [p for p in map(self._parse_safely, document_ids) if p is not None]
-        active = self._start(parsed)
-        while active:
-            active = self._embed_round(active)
+        together, as the worker thread would (each under its lease: one another process
+        holds is left to it)."""
+        self.leases.take_over()
+        temporary = self._start_keeper(poll=False)  # renews the leases meanwhile
+        try:
+            parsed = [p for p in map(self._parse_safely, document_ids) if p is not None]
+            active = self._start(parsed)
+            while active:
+                active = self._embed_round(active)
+        finally:
+            if temporary:
+                self._stop_keeper()
+            for document_id in document_ids:
+                self._release(document_id, retrying=False)
 
-    def _finish(self, document_id: int) -> None:
-        """The document is indexed, failed, dropped or left for the next start: its parse
-        slot bookkeeping ends, once, whatever path gets here (a second call could end a
-        newer turn of the same document, queued again meanwhile)."""
+    def _finish(self, document_id: int, *, release: bool = True) -> None:
+        """The document is indexed, failed, dropped or left for later: its lease is given
+        back (or, ``release`` False, left to run out) and its parse slot bookkeeping ends,
+        once, whatever path gets here (a second call could end a newer turn of the same
+        document, queued again meanwhile)."""
         if document_id in self._taken:
             self._taken.discard(document_id)
+            if release:
+                self._release(document_id)
+            else:
+                self._let_lapse(document_id)
             self._slots.finished(document_id)
+
+    # --- leases (retrieval/leases.py) --------------------------------------------------------
+    def _claim(self, document_id: int) -> bool:
+        if not self.leases.claim(document_id):
+            return False
+        with self._leases_lock:
+            self._turns += 1
+            self._leased[document_id] = self._turns
+            self._lost.discard(document_id)
+        return True
+
+    def _release(self, document_id: int, *, retrying: bool = True) -> None:
+        """Give the document's lease back, unless it waits for a retry (a full disk: it
+        stays ours, renewed, until it is queued again; ``retrying`` False ignores that)."""
+        with self._leases_lock:
+            self._lost.discard(document_id)
+            if document_id not in self._leased:
+                return
+            if retrying:
+                with self._retry_lock:
+                    if document_id in self._retry:
+                        return
+            del self._leased[document_id]
+        try:
+            self.leases.release([document_id])
+        except Exception:  # the database refused: the lease runs out instead
+            log.exception("could not give back the lease of document %s", document_id)
+
+    def _let_lapse(self, document_id: int) -> None:
+        """Stop renewing the document's lease: it runs out, then this or another process
+        takes the document again (a parser that could not start, an unexpected failure:
+        retried a lease later, not in a loop)."""
+        with self._leases_lock:
+            self._leased.pop(document_id, None)
+            self._lost.discard(document_id)
+
+    def _lost_leases(self, document_ids: list[int]) -> set[int]:
+        with self._leases_lock:
+            return self._lost.intersection(document_ids)
+
+    def _drop_taken_over(self, document_id: int) -> None:
+        log.warning(
+            "document %s: its lease ran out and another process took it over; "
+            "this one stops working on it",
+            document_id,
+        )
+        self._finish(document_id, release=False)
+
+    def _start_keeper(self, *, poll: bool) -> bool:
+        """Start the thread that renews the leases held (and, ``poll``, looks for work in
+        the database); False when it runs already."""
+        if self._keeper is not None and self._keeper.is_alive():
+            return False
+        self._keeper_stop.clear()
+        self._keeper = threading.Thread(
+            target=self._keep_leases, args=(poll,), name="ragdesk-ingest-leases", daemon=True
+        )
+        self._keeper.start()
+        return True
+
+    def _stop_keeper(self) -> None:
+        self._keeper_stop.set()
+        if self._keeper is not None:
+            self._keeper.join()
+
+    def _keep_leases(self, poll: bool) -> None:
+        """Renew the leases every third of a lease; poll every ``poll_s``."""
+        renew_s = max(0.05, self.config.lease_s / 3)
+        poll_s = max(0.05, self.config.poll_s)
+        now = time.monotonic()
+        next_renew, next_poll = now + renew_s, (now + poll_s if poll else math.inf)
+        while not self._keeper_stop.wait(max(0.0, min(next_renew, next_poll) - now)):
+            now = time.monotonic()
+            try:
+                if now >= next_renew:
+                    next_renew = now + renew_s
+                    self._renew()
+                if now >= next_poll:
+                    next_poll = now + poll_s
+                    self._poll()
+            except Exception:  # the database is away a moment: try again next time
+                log.exception("renewing ingestion leases or polling for work failed")
+            now = time.monotonic()
+
+    def _renew(self) -> None:
+        with self._leases_lock:
+            held = dict(self._leased)
+        if not held:
+            return
+        kept = self.leases.renew(held)
+        with self._leases_lock:
+            for document_id in held.keys() - kept:
+                if self._leased.get(document_id) == held[document_id]:  # not claimed again
+                    del self._leased[document_id]
+                    self._lost.add(document_id)  # deleted, or taken over: work stops
+
+    def _poll(self) -> None:
+        """Queue the documents in the database that nobody holds and this worker does not
+        know yet (another process's uploads, leases that ran out)."""
+        per_owner = POLL_PER_OWNER * max(1, self.config.max_batch_documents)
+        for document_id, owner in self.leases.claimable(per_owner):
+            if document_id not in self._slots.waiting:
+                self._slots.waiting.put(document_id, owner)
 
     def _start(self, parsed: list[_Parsed]) -> list[_Prepared]:
         """Store each parsed document's passages; the ones with texts left to embed."""
         started: list[_Prepared] = []
+        lost = self._lost_leases([item.document_id for item in parsed])
         for item in parsed:
+            if item.document_id in lost:
+                self._drop_taken_over(item.document_id)
+                continue
             prepared = self._prepare_safely(item)
             if prepared is None:
                 self._finish(item.document_id)
@@ -389,12 +564,15 @@ class IngestWorker:
         is dropped here: its work stops within a slice."""
         if self._stopping.is_set():
             raise IngestStopped
-        live = self.store.live_documents([item.document_id for item in active])
+        ids = [item.document_id for item in active]
+        live, lost = self.store.live_documents(ids), self._lost_leases(ids)
         for item in active:
             if item.document_id not in live:
                 log.info("document %s was deleted during ingestion", item.document_id)
                 self._finish(item.document_id)
-        active = [item for item in active if item.document_id in live]
+            elif item.document_id in lost:
+                self._drop_taken_over(item.document_id)
+        active = [item for item in active if item.document_id in live - lost]
         counts = share_slice([(item.owner, item.embedding.left) for item in active], EMBED_SLICE)
         portions = [
             (item, item.embedding.next_texts(n)) for item, n in zip(active, counts, strict=True)
@@ -467,7 +645,14 @@ class IngestWorker:
 
     def _parse_safely(self, document_id: int) -> _Parsed | None:
         """Parse and chunk one document (in a parse slot, or the caller's thread); None when
-        there is nothing more to do: failures are recorded here."""
+        there is nothing more to do: failures are recorded here, and its lease is given
+        back (unless it is to be retried)."""
+        parsed = self._parse_recorded(document_id)
+        if parsed is None:
+            self._release(document_id)
+        return parsed
+
+    def _parse_recorded(self, document_id: int) -> _Parsed | None:
         try:
             return self._parse(document_id)
         except DocumentGone:
@@ -484,6 +669,9 @@ class IngestWorker:
         document = self.store.get_document(document_id)
         if document is None or document.status.is_terminal:
             return None
+        if not self._claim(document_id):  # another process works on it
+            log.debug("document %s is held by another process; left to it", document_id)
+            return None
         started = time.perf_counter()
         self.store.set_status(document_id, DocumentStatus.PARSING)
         try:
@@ -496,9 +684,13 @@ class IngestWorker:
         except FileNotFoundError:
             self._fail(document_id, "the uploaded file is missing from disk")
             return None
-        except ParserUnavailable:  # not the file's fault: it waits for the next start
+        except BlobsUnavailable:  # not the file's fault: taken again later (logged there)
+            self._retry_later(document_id, disk_full=False)
+            return None
+        except ParserUnavailable:  # not the file's fault: taken again when its lease runs out
             log.warning("parser unavailable; document %s stays queued", document_id)
             self.store.set_status(document_id, DocumentStatus.QUEUED)
+            self._let_lapse(document_id)
             return None
         if document.kind is DocumentKind.PDF:
             chunks = self._boxed(document_id, data, chunks)
@@ -605,11 +797,12 @@ class IngestWorker:
             time.perf_counter() - item.started,
         )
 
-    def _retry_later(self, document_id: int) -> None:
-        """A full disk stopped this document: no fault of its own, so it goes back to the
-        queue (``queued``) and is taken again in DISK_RETRY_S; told once per spell."""
+    def _retry_later(self, document_id: int, *, disk_full: bool = True) -> None:
+        """A full disk (or a store of originals out of reach) stopped this document: no
+        fault of its own, so it goes back to the queue (``queued``) and is taken again in
+        DISK_RETRY_S; told once per spell."""
         with self._retry_lock:
-            if not self._disk_told:  # once until a document is indexed again
+            if disk_full and not self._disk_told:  # once until a document is indexed again
                 self._disk_told = True
                 log.error(
                     "the disk is full: documents go back to the queue and are retried every "

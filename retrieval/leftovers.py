@@ -18,13 +18,13 @@ ingestion starts. The KV cache and model files have their own sweeps
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from retrieval.index_files import sweep_index_dir
 from retrieval.library import Library
 
 
-def sweep_data_leftovers(index_dir: Path, library: Library) -> list[Path]:
+def sweep_data_leftovers(index_dir: Path, library: Library) -> list[PurePath]:
     """Remove the leftovers of interrupted index saves, uploads and deletes (each one
-    logged); returns the paths removed."""
-    return sweep_index_dir(index_dir) + library.sweep()
+    logged); returns the paths removed (keys, for originals in a bucket)."""
+    return [*sweep_index_dir(index_dir), *library.sweep()]

@@ -20,10 +20,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlite_utils
 
-MigrationFn = Callable[[sqlite_utils.Database], None]
+# A SQLite migration takes a sqlite_utils.Database; a PostgreSQL one a retrieval.sql.Session.
+MigrationFn = Callable[[Any], None]
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer release than this one."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +73,31 @@ def apply_migrations(
         {"name": str, "applied_at": float}, pk="name", if_not_exists=True
     )
     recorded = {row["name"] for row in db.table("_migrations").rows}
+    migrations = list(migrations)
+    refuse_newer_schema(recorded, migrations)
     for migration in migrations:
         if not migration.applied(recorded):
             _apply_atomically(db, migration)
             recorded.add(migration.name)
+
+
+def refuse_newer_schema(recorded: set[str], migrations: list[Migration]) -> None:
+    """Refuse to run on a schema a newer release changed: migrations of these owners
+    recorded there that this release does not know (a rolling upgrade must not let an old
+    front write to tables it no longer understands)."""
+    owners = {m.name.split(".", 1)[0] for m in migrations}
+    known = {m.name for m in migrations}
+    unknown = sorted(
+        name
+        for name in recorded
+        if "." in name and name.split(".", 1)[0] in owners and name not in known
+    )
+    if unknown:
+        raise SchemaTooNew(
+            "the database was upgraded by a newer Ragdesk release (it has applied "
+            f"{', '.join(unknown[:3])}{' …' if len(unknown) > 3 else ''}, unknown to this "
+            "one): run the newer release, or restore a backup made by this one"
+        )
 
 
 def _apply_atomically(db: sqlite_utils.Database, migration: Migration) -> None:
@@ -310,3 +337,13 @@ def m022_collection_ids_never_reused(db: sqlite_utils.Database) -> None:
             ON CONFLICT (only) DO UPDATE SET last = MAX(last, excluded.last);
         END"""
     )
+
+
+@MIGRATIONS.add()
+def m023_document_leases(db: sqlite_utils.Database) -> None:
+    """Which replica works on a queued document, and until when (``retrieval.leases``):
+    several processes on one database each take a document under a lease, renewed while
+    they work on it; one whose replica died is taken over when its lease has run out.
+    NULL: nobody holds it."""
+    db.execute("ALTER TABLE documents ADD COLUMN claimed_by TEXT")
+    db.execute("ALTER TABLE documents ADD COLUMN claimed_until REAL")

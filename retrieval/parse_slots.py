@@ -52,6 +52,11 @@ class FairQueue:
     def __len__(self) -> int:
         return len(self._queued)
 
+    def __contains__(self, item: object) -> bool:
+        """The id is waiting or in flight (put and not finished)."""
+        with self._ready:
+            return item in self._owners
+
     def put(self, item: int, owner: int) -> None:
         with self._ready:
             if item in self._owners:

@@ -32,6 +32,10 @@ class DocumentRecord:
     def from_row(cls, row: dict[str, Any]) -> DocumentRecord:
         """A stored row, its name and title made safe to show (``retrieval.display``)."""
         values = dict(row)
+        # Which replica works on it (retrieval.leases): ingestion's bookkeeping, not the
+        # document's.
+        values.pop("claimed_by", None)
+        values.pop("claimed_until", None)
         values["kind"] = DocumentKind(values["kind"])
         values["status"] = DocumentStatus(values["status"])
         values["original_filename"] = values["filename"]

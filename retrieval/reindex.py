@@ -6,6 +6,9 @@ for is written next to the live file, and only then does the switch happen: one 
 transaction replaces the stored vectors, and one rename of the manifest makes the new
 file live. Until then the live index and SQLite are untouched, so an interruption at any
 point leaves the old index serving; a rerun resumes from the cache.
+
+On PostgreSQL the stored vectors are the index (pgvector, retrieval/pg_vectors.py): the
+one transaction that replaces them is the switch, and no file is written.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from retrieval.embedding_cache import PASSAGES_SQL, EmbeddingCache, passage_text
 from retrieval.index import FaissIndex, IdArray
 from retrieval.index_files import publish
 from retrieval.index_types import IndexSpec, new_flat, new_ivf
+from retrieval.pg_vectors import PgVectorIndex, open_pg_vector_index
 from retrieval.store import DocumentStore
 from retrieval.types import DocumentStatus
 
@@ -34,7 +38,7 @@ class ReindexReport:
     chunks: int
     embedded: int  # passages that went through the embedder
     reused: int  # passages whose vectors came from the cache
-    kind: str  # "flat" or "ivf"
+    kind: str  # "flat" or "ivf"; on PostgreSQL, the pgvector index's kind
     seconds: float
 
 
@@ -61,8 +65,9 @@ def reindex(
     spec: IndexSpec | None = None,
     batch: int = 256,
     progress: ReindexProgress | None = None,
-) -> tuple[FaissIndex, ReindexReport]:
-    """Re-embed every passage and switch to a new index; returns it, live."""
+) -> tuple[FaissIndex | PgVectorIndex, ReindexReport]:
+    """Re-embed every passage and switch to a new index; returns it, live (``directory``
+    and ``spec`` are FAISS's: unused on PostgreSQL)."""
     if batch < 1:
         raise ValueError("batch must be at least 1")
     spec = spec or IndexSpec()
@@ -74,6 +79,11 @@ def reindex(
         vectors[start : start + batch] = cache.embed(embedder, texts[start : start + batch])
         if progress is not None:
             progress(min(start + batch, len(texts)), len(texts))
+    if store.db.dialect == "postgresql":
+        _replace_vectors(store, ids, embedder.model_id, vectors)  # the switch
+        live = open_pg_vector_index(store, embedder.model_id, embedder.dimension)
+        seconds = time.perf_counter() - started
+        return live, ReindexReport(len(ids), cache.misses, cache.hits, live.kind, seconds)
     kind = spec.wanted(len(ids), "flat")
     raw = (
         new_ivf(embedder.dimension, vectors, len(ids))
@@ -93,10 +103,12 @@ def _replace_vectors(store: DocumentStore, ids: IdArray, model_id: str, vectors:
     """All stored vectors in one transaction (passages deleted meanwhile are skipped)."""
     with store.db.write() as db:
         db.conn.executemany(
-            "INSERT OR REPLACE INTO embeddings (chunk_id, model_id, vector)"
-            " SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?)",
+            "INSERT INTO embeddings (chunk_id, model_id, vector)"
+            " SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?)"
+            " ON CONFLICT (chunk_id) DO UPDATE SET model_id = excluded.model_id,"
+            " vector = excluded.vector",
             (
-                (int(i), model_id, v.tobytes(), int(i))
+                (int(i), model_id, store.db.vector_param(v), int(i))
                 for i, v in zip(ids.tolist(), vectors, strict=True)
             ),
         )

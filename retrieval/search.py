@@ -11,9 +11,10 @@ import numpy as np
 
 from retrieval.embedder import Embedder, Vectors, embed_one
 from retrieval.fusion import diversify, mmr, reciprocal_rank_fusion
-from retrieval.index import VectorIndex
+from retrieval.index import ScopedVectorIndex, VectorIndex
 from retrieval.lexical import LexicalIndex, searchable_chunks
 from retrieval.neighbours import expand_short_hits
+from retrieval.pg_lexical import PgLexicalIndex
 from retrieval.rerank import Reranker
 from retrieval.store import DocumentStore
 from retrieval.types import Hit
@@ -68,7 +69,9 @@ class Retriever:
         self.index = index
         self.store = store
         self.config = config or SearchConfig()
-        self.lexical = LexicalIndex(store.db)
+        self.lexical: LexicalIndex | PgLexicalIndex = (
+            PgLexicalIndex(store.db) if store.db.dialect == "postgresql" else LexicalIndex(store.db)
+        )
 
     def search(
         self,
@@ -122,8 +125,11 @@ class Retriever:
         A scoped search first over-fetches unfiltered and filters the few ids it got;
         only when too many of them lie outside the collections (a user who may read a
         small part of the library) does it list every allowed chunk for an id selector
-        inside FAISS, which costs a scan of the chunks table.
+        inside FAISS, which costs a scan of the chunks table. An index that filters in
+        its own query (pgvector) is asked directly.
         """
+        if isinstance(self.index, ScopedVectorIndex):
+            return self.index.search_scoped(vector, pool, collection_ids)
         if collection_ids is None:
             return self.index.search(vector, pool)
         if not collection_ids:

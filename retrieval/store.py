@@ -1,4 +1,5 @@
-"""Documents, pages, chunks and embeddings in SQLite: the source of truth."""
+"""Documents, pages, chunks and embeddings in the database (SQLite or PostgreSQL): the
+source of truth."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from retrieval.display import shown
 from retrieval.embedder import Vectors
 from retrieval.index import IdArray
 from retrieval.records import CollectionRecord, DocumentRecord
+from retrieval.sql import insert_row
 from retrieval.types import (
     Box,
     ChunkSpan,
@@ -95,11 +97,13 @@ class DocumentStore:
         return int(row[0])
 
     def collections(self) -> list[CollectionRecord]:
+        """Every collection by name, in code point order (SQLite's, whatever collation a
+        PostgreSQL server sorts text by)."""
         rows = self.db.read().query(
             """SELECT c.id, c.name, COUNT(d.id) AS document_count FROM collections c
-               LEFT JOIN documents d ON d.collection_id = c.id GROUP BY c.id ORDER BY c.name"""
+               LEFT JOIN documents d ON d.collection_id = c.id GROUP BY c.id, c.name"""
         )
-        return [CollectionRecord(**row) for row in rows]
+        return sorted((CollectionRecord(**row) for row in rows), key=lambda c: c.name)
 
     # --- documents --------------------------------------------------------------------------
     def add_document(
@@ -126,7 +130,9 @@ class DocumentStore:
             if existing is not None:
                 document_id, created = int(existing[0]), False
             else:
-                table = db.table("documents").insert(
+                new_id = insert_row(
+                    db,
+                    "documents",
                     {
                         "collection_id": collection_id,
                         "content_hash": content_hash,
@@ -137,9 +143,9 @@ class DocumentStore:
                         "status": DocumentStatus.QUEUED.value,
                         "created_at": now,
                         "updated_at": now,
-                    }
+                    },
                 )
-                document_id, created = int(table.last_rowid or 0), True
+                document_id, created = new_id, True
         document = self.get_document(int(document_id))
         assert document is not None
         return document, created
@@ -247,11 +253,14 @@ class DocumentStore:
                 held[(heading, text)].append(int(chunk_id))
             kept = [_take(held, (c.heading, c.text)) for c in chunks]
             gone = [(chunk_id,) for ids in held.values() for chunk_id in ids]
-            db.conn.executemany("DELETE FROM chunks WHERE id = ?", gone)
-            db.execute("DELETE FROM pages WHERE document_id = ?", [document_id])
+            # Every write on ``db.conn``: sqlite-utils' ``execute`` commits a write that
+            # opens SQLite's transaction itself, which would split this one in pieces.
+            conn = db.conn
+            conn.executemany("DELETE FROM chunks WHERE id = ?", gone)
+            conn.execute("DELETE FROM pages WHERE document_id = ?", [document_id])
             # The title first: the full-text trigger copies it into each chunk's row (and
             # another trigger renews it in the rows of kept chunks).
-            db.execute(
+            conn.execute(
                 "UPDATE documents SET title = ?, page_count = ?, chunk_count = ?, updated_at = ?"
                 " WHERE id = ?",
                 [
@@ -262,21 +271,21 @@ class DocumentStore:
                     document_id,
                 ],
             )
-            db.table("pages").insert_all(
-                {"document_id": document_id, "number": page.number, "text": page.text}
-                for page in parsed.pages
+            conn.executemany(
+                "INSERT INTO pages (document_id, number, text) VALUES (?, ?, ?)",
+                [(document_id, page.number, page.text) for page in parsed.pages],
             )
             ids: list[int] = []
             for chunk, chunk_id in zip(chunks, kept, strict=True):
                 boxes = json.dumps(chunk.boxes) if chunk.boxes else None
                 if chunk_id is not None:
-                    db.execute(
+                    conn.execute(
                         'UPDATE chunks SET page = ?, start = ?, "end" = ?, boxes = ? WHERE id = ?',
                         [chunk.page, chunk.start, chunk.end, boxes, chunk_id],
                     )
                     ids.append(chunk_id)
                     continue
-                cursor = db.execute(
+                cursor = conn.execute(
                     'INSERT INTO chunks (document_id, page, start, "end", heading, text, boxes)'
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [
@@ -298,18 +307,22 @@ class DocumentStore:
         """Store a document's vectors and mark it indexed, in one transaction (its note,
         what the parse left out, stays)."""
         rows = (
-            (chunk_id, model_id, np.asarray(vector, dtype=np.float32).tobytes())
+            (chunk_id, model_id, self.db.vector_param(vector))
             for chunk_id, vector in zip(chunk_ids, vectors, strict=True)
         )
         with self.db.write() as db:
-            cursor = db.execute(
+            # On ``db.conn``, so the status and the vectors commit together (sqlite-utils'
+            # ``execute`` would commit this first write alone: indexed, without vectors).
+            cursor = db.conn.execute(
                 "UPDATE documents SET status = ?, updated_at = ? WHERE id = ?",
                 [DocumentStatus.INDEXED.value, time.time(), document_id],
             )
             if cursor.rowcount == 0:  # deleted while its vectors were computed
                 raise DocumentGone(document_id)
             db.conn.executemany(
-                "INSERT OR REPLACE INTO embeddings (chunk_id, model_id, vector) VALUES (?, ?, ?)",
+                "INSERT INTO embeddings (chunk_id, model_id, vector) VALUES (?, ?, ?)"
+                " ON CONFLICT (chunk_id) DO UPDATE SET model_id = excluded.model_id,"
+                " vector = excluded.vector",
                 rows,
             )
 
@@ -340,7 +353,7 @@ class DocumentStore:
             f"SELECT chunk_id, vector FROM embeddings WHERE chunk_id IN ({placeholders})",  # noqa: S608
             ids,
         )
-        by_id = {row[0]: np.frombuffer(row[1], dtype=np.float32) for row in rows}
+        by_id = {row[0]: self.db.vector_value(row[1]) for row in rows}
         return np.stack([by_id[i] for i in ids]) if ids else np.zeros((0, dimension), np.float32)
 
     def vectors_by_id(self, chunk_ids: Sequence[int], model_id: str) -> dict[int, Vectors]:
@@ -351,7 +364,7 @@ class DocumentStore:
             f" AND chunk_id IN ({placeholders})",
             [model_id, *chunk_ids],
         )
-        return {int(row[0]): np.frombuffer(row[1], dtype=np.float32) for row in rows}
+        return {int(row[0]): self.db.vector_value(row[1]) for row in rows}
 
     def hits(self, scored: Sequence[tuple[int, float]]) -> list[Hit]:
         """Hydrate (chunk id, score) pairs, dropping chunks deleted meanwhile; keeps the order."""

@@ -11,6 +11,7 @@ import numpy as np
 from retrieval.index import FaissIndex, IdArray
 from retrieval.index_files import IndexUnusable
 from retrieval.index_types import IndexSpec, new_flat, new_ivf
+from retrieval.pg_vectors import PgVectorIndex
 from retrieval.store import DocumentStore
 
 log = logging.getLogger(__name__)
@@ -75,13 +76,16 @@ def open_index(
     return index, report
 
 
-def restructure_if_needed(index: FaissIndex, store: DocumentStore) -> bool:
+def restructure_if_needed(index: FaissIndex | PgVectorIndex, store: DocumentStore) -> bool:
     """Rebuild ``index`` in place when its size now calls for the other structure (a
     collection grown past the IVF threshold while the server runs); True if it did.
 
     Runs on the ingestion thread, the only one that adds vectors; a delete that lands
-    during the rebuild is caught by the second comparison with SQLite.
+    during the rebuild is caught by the second comparison with SQLite. A pgvector index
+    is never rebuilt: PostgreSQL keeps its HNSW index level with the rows.
     """
+    if isinstance(index, PgVectorIndex):
+        return False
     kind = index.spec.wanted(index.count, index.kind)
     if kind == index.kind and not index.damaged:
         return False

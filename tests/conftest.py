@@ -168,3 +168,33 @@ def fake_model(client: TestClient[Any]) -> FakeBackend:
     backend = client.app.state.services.require_models().get("default")
     assert isinstance(backend, FakeBackend)
     return backend
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """One real PostgreSQL with pgvector for the whole session (tests/pg_kit.py)."""
+    from tests.pg_kit import PgServer
+
+    try:
+        server = PgServer()
+    except Exception as error:
+        pytest.skip(f"pgserver could not start PostgreSQL: {error!r}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _store_under_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """With ``RAGDESK_TEST_STORE=postgresql``, each test (and each server it starts) runs
+    on a fresh PostgreSQL database instead of SQLite."""
+    from tests.pg_kit import database_for_test, store_under_test
+
+    if store_under_test() != "postgresql":
+        yield None
+        return
+    server = request.getfixturevalue("pg_server")
+    with database_for_test(server) as url:
+        monkeypatch.setenv("RAGDESK_DATABASE_URL", url)
+        yield url

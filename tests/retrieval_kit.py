@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retrieval.db import Database
+from retrieval.db import Database, SqliteDatabase
 from retrieval.embedder import HashingEmbedder
 from retrieval.index import FaissIndex
 from retrieval.index_types import IndexSpec
@@ -66,7 +66,7 @@ class Kit:
 
 
 def make_kit(root: Path) -> Kit:
-    db = Database(root / "ragdesk.db")
+    db = SqliteDatabase(root / "ragdesk.db")
     store = DocumentStore(db)
     library = Library(store, UploadFiles(root / "uploads"))
     return Kit(root, db, store, library, HashingEmbedder(), store.ensure_collection())

@@ -117,9 +117,10 @@ class ServerProcess:
         from app.config.settings import Settings
         from app.migrations import open_database
 
-        settings = Settings(data_dir=self.data_dir)
+        database_url = self.env.get("RAGDESK_DATABASE_URL")  # the server's own store
+        settings = Settings(data_dir=self.data_dir, database_url=database_url or None)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        db = open_database(settings.db_path)
+        db = open_database(settings)
         try:
             auth = open_auth(settings, db)
             self.password = generate_password()

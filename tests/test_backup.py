@@ -21,7 +21,14 @@ from app.ops.backup import BACKUP_MANIFEST, BackupError, take_backup
 from app.ops.restore import RestoreRefused, restore
 from retrieval.index_files import read_manifest, verify
 from tests.conftest import add_key, add_user, fake_settings, upload, wait_for, wait_indexed
+from tests.pg_kit import store_under_test
 from tests.server import REPO, ServerProcess, http
+
+# ``ragdesk backup`` copies a SQLite data directory; on PostgreSQL it refuses (the last test).
+sqlite_only = pytest.mark.skipif(
+    store_under_test() == "postgresql",
+    reason="backs up SQLite files: on PostgreSQL ragdesk backup refuses (pg_dump instead)",
+)
 
 # Each topic has a word no other document has: a search for it has one lexical match.
 TOPICS = ["zorblax", "quintaphor", "mellivane", "drupelkin", "saffrowen", "tarnquill"]
@@ -56,6 +63,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+@sqlite_only
 def test_a_backup_restores_file_for_file(data_dir: Path, tmp_path: Path) -> None:
     manifest = take_backup(data_dir, tmp_path / "backup")
     paths = [file.path for file in manifest.files]
@@ -73,6 +81,7 @@ def test_a_backup_restores_file_for_file(data_dir: Path, tmp_path: Path) -> None
     assert not list(tmp_path.glob(".restored.restoring-*"))  # the staging dir became it
 
 
+@sqlite_only
 def test_a_flipped_byte_anywhere_is_refused(data_dir: Path, tmp_path: Path) -> None:
     backup = tmp_path / "backup"
     manifest = take_backup(data_dir, backup)
@@ -94,6 +103,7 @@ def test_a_flipped_byte_anywhere_is_refused(data_dir: Path, tmp_path: Path) -> N
     assert not list(tmp_path.glob(".restored.*"))  # nothing half-restored is left
 
 
+@sqlite_only
 def test_the_cli_refuses_a_damaged_backup_with_status_1(data_dir: Path, tmp_path: Path) -> None:
     backup = tmp_path / "backup"
     assert run_cli("backup", str(backup), "--data-dir", str(data_dir)).returncode == 0
@@ -106,6 +116,7 @@ def test_the_cli_refuses_a_damaged_backup_with_status_1(data_dir: Path, tmp_path
     assert "the backup is damaged: ragdesk.db does not match its manifest" in refused.stderr
 
 
+@sqlite_only
 def test_restore_and_backup_refuse_a_directory_that_is_not_empty(
     data_dir: Path, tmp_path: Path
 ) -> None:
@@ -135,6 +146,7 @@ SLOW_BACKUP = (
 )
 
 
+@sqlite_only
 def test_a_backup_killed_mid_way_is_refused_by_restore(data_dir: Path, tmp_path: Path) -> None:
     backup = tmp_path / "backup"
     process = subprocess.Popen(
@@ -150,6 +162,7 @@ def test_a_backup_killed_mid_way_is_refused_by_restore(data_dir: Path, tmp_path:
     assert not (tmp_path / "restored").exists()
 
 
+@sqlite_only
 def test_sigterm_during_a_backup_exits_130_and_leaves_no_half_written_file(
     data_dir: Path, tmp_path: Path
 ) -> None:
@@ -217,6 +230,7 @@ def search_all(url: str, key: str) -> list[list[tuple[int, str, float]]]:
     return results
 
 
+@sqlite_only
 def test_a_backup_taken_while_ingesting_and_chatting_restores_the_same_hits(
     tmp_path: Path,
 ) -> None:
@@ -311,3 +325,35 @@ def test_a_backup_taken_while_ingesting_and_chatting_restores_the_same_hits(
 
 def _status(url: str, document_id: int) -> Any:
     return http.get(f"{url}/api/documents/{document_id}").json()["status"]
+
+
+# --- PostgreSQL: refused, with what to do instead ------------------------------------------
+
+SECRET = "pw-B7mQx2"  # the database URL's password: never shown
+
+
+def test_on_postgresql_the_backup_refuses_and_says_to_use_pg_dump(tmp_path: Path) -> None:
+    url = f"postgresql://ragdesk:{SECRET}@db.internal:5432/ragdesk"
+    env = {**os.environ, "RAGDESK_DATABASE_URL": url, "RAGDESK_BLOB_URL": "s3://originals/rd"}
+    backup = tmp_path / "backup"
+    refused = subprocess.run(
+        [sys.executable, "-m", "app.cli", "backup", str(backup), "--data-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert refused.returncode == 1, refused.stderr
+    told = refused.stderr
+    assert told.startswith("ragdesk backup: this installation keeps its database in PostgreSQL")
+    assert "pg_dump" in told and "RAGDESK_BLOB_URL (s3://originals/rd)" in told
+    assert SECRET not in told + refused.stdout and "db.internal" not in told
+    assert not backup.exists()  # nothing was written
+
+    settings = fake_settings(tmp_path / "data", database_url=url)  # originals: the data dir
+    with pytest.raises(BackupError, match="pg_dump") as raised:
+        take_backup(tmp_path / "data", backup, settings=settings)
+    assert f"live in {tmp_path / 'data' / 'uploads'} (RAGDESK_BLOB_URL is unset)" in str(
+        raised.value
+    )
+    assert SECRET not in str(raised.value) and not backup.exists()

@@ -170,9 +170,10 @@ def test_the_question_box_keeps_its_width_beside_a_model_and_a_scope_choice(
     from tests.test_local_models import gguf
 
     data = tmp_path_factory.mktemp("composer") / "data"
-    db = open_database(Settings(data_dir=data).db_path)
-    LocalModels(db, Settings(data_dir=data)).add(gguf(data.parent / "tiny.gguf"), "tiny")
-    ChatModels(db, Settings(data_dir=data)).set_offered(["tiny"])
+    settings = Settings(data_dir=data)  # the store the server will use (PostgreSQL too)
+    db = open_database(settings)
+    LocalModels(db, settings).add(gguf(data.parent / "tiny.gguf"), "tiny")
+    ChatModels(db, settings).set_offered(["tiny"])
     db.close()
     running = InProcessServer(data).start()
     try:

@@ -16,11 +16,11 @@ from app.auth.groups import Groups
 from app.auth.identities import ClaimRules
 from app.auth.passwords import Passwords
 from app.auth.sessions import COOKIE_NAME
-from app.auth.users import Users
+from app.auth.users import AccountError, Users
 from app.config.settings.auth import AuthSettings
 from app.migrations import open_database
 from retrieval.store import DocumentStore
-from tests.conftest import add_key, add_user, fake_model, login
+from tests.conftest import add_key, add_user, fake_model, fake_settings, login
 from tests.test_permissions import CANARY, ask_api, sign_in_as, two_teams  # noqa: F401
 
 
@@ -157,7 +157,7 @@ def test_a_collection_limited_key_stays_limited_with_groups(
 def test_settings_never_change_an_admins_own_grant(tmp_path: Path) -> None:
     """A collection an admin gave a group stays as the admin gave it, whatever the OIDC
     settings say, so taking a mapping out of the settings cannot leave a write behind."""
-    db = open_database(tmp_path / "r.db")
+    db = open_database(fake_settings(tmp_path))
     groups = Groups(db)
     collection = DocumentStore(db).ensure_collection("engineering")
     group = groups.create("eng")
@@ -191,7 +191,7 @@ def test_n_a_provider_group_named_like_a_local_one_joins_it_only_when_mapped(
 ) -> None:
     """#30: the OIDC groups claim joined any local group of the same name: an identity
     provider group an employee can create ("finance") granted the admin's "finance"."""
-    db = open_database(tmp_path / "r.db")
+    db = open_database(fake_settings(tmp_path))
     groups = Groups(db)
     finance = groups.create("finance")
     groups.grant(finance.id, DocumentStore(db).ensure_collection("ledgers"), can_write=True)
@@ -210,3 +210,37 @@ def test_n_a_provider_group_named_like_a_local_one_joins_it_only_when_mapped(
 def test_mapped_group_names_must_be_names_a_group_can_have() -> None:
     with pytest.raises(ValidationError, match="group names"):
         AuthSettings(oidc_group_map={"idp": "Ragdesk Admins"})
+
+
+def test_user_and_group_names_ignore_case_on_every_store(tmp_path: Path) -> None:
+    """Names are unique, found and sorted whatever their case, on SQLite (whose columns
+    are NOCASE) and on PostgreSQL (unique on lower(name), compared by lower())."""
+    db = open_database(fake_settings(tmp_path))
+    users = Users(db, Passwords(time_cost=1, memory_kib=1024, parallelism=1))
+    groups = Groups(db)
+    carol, alice = (users.create(n, "a-long-password") for n in ("carol", "alice"))
+    bob = users.create("Bob", "a-long-password")
+    with pytest.raises(AccountError, match="already exists"):
+        users.create("ALICE", "a-long-password")
+    assert users.by_name("ALICE") == alice and users.by_name("bob") == bob
+    assert users.authenticate("Alice", "a-long-password") == alice
+    assert [u.name for u in users.list()] == ["alice", "Bob", "carol"]
+    eng, ops = groups.create("eng"), groups.create("Ops")
+    groups.create("admins")
+    with pytest.raises(AccountError, match="already exists"):
+        groups.create("ENG")
+    assert groups.by_name("Eng") == eng and groups.by_name("ops") == ops
+    assert [g.name for g in groups.list()] == ["admins", "eng", "Ops"]
+    for user in (carol, bob, alice):
+        groups.add_member(eng.id, user.id)
+    assert [m.user_name for m in groups.members(eng.id)] == ["alice", "Bob", "carol"]
+    groups.add_member(ops.id, alice.id)
+    assert [g.name for g in groups.of_user(alice.id)] == ["eng", "Ops"]
+    # A configured group spelled in another case is the existing group, not a new one.
+    collection = DocumentStore(db).ensure_collection("engineering")
+    groups.sync_claimed(bob.id, ["ENG"], {"Eng": {collection: False}})
+    assert [g.name for g in groups.list()] == ["admins", "eng", "Ops"]
+    assert [(g.collection_id, g.source) for g in groups.grants(eng.id)] == [
+        (collection, "settings")
+    ]
+    db.close()

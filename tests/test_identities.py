@@ -17,6 +17,7 @@ from app.auth.identities import ClaimRules, Identities
 from app.auth.passwords import Passwords
 from app.auth.users import Users
 from app.migrations import open_database
+from tests.conftest import fake_settings
 
 ISSUER = "https://idp.example"
 RULES = ClaimRules()
@@ -24,7 +25,7 @@ RULES = ClaimRules()
 
 @pytest.fixture
 def identities(tmp_path: Path) -> Iterator[Identities]:
-    db = open_database(tmp_path / "ragdesk.db")
+    db = open_database(fake_settings(tmp_path))
     users = Users(db, Passwords(time_cost=1, memory_kib=1024, parallelism=1))
     yield Identities(db, users, Groups(db))
     db.close()

@@ -24,10 +24,11 @@ from app.factory import create_app
 from app.migrations import OWNERS, open_database
 from app.sources.migrations import MIGRATIONS as SOURCES
 from app.usage.migrations import MIGRATIONS as USAGE
-from retrieval.db import Database
+from retrieval.db import SqliteDatabase
 from retrieval.migrations import MIGRATIONS as RETRIEVAL
 from retrieval.migrations import Migrations, apply_migrations
 from tests.conftest import FIXTURES, fake_settings, login, sse_events
+from tests.pg_kit import store_under_test
 
 RELEASE = FIXTURES / "release-2026-12-01.db"
 # The keys make_release_db.py printed: the admin tester's, and staffer's (read-only, scoped
@@ -156,7 +157,7 @@ def release(tmp_path: Path) -> Settings:
 
 # --- owners ----------------------------------------------------------------------------------
 def test_retrieval_alone_creates_only_its_own_tables(tmp_path: Path) -> None:
-    db = Database(tmp_path / "r.db")
+    db = SqliteDatabase(tmp_path / "r.db")
     assert tables(db.read()) == RETRIEVAL_TABLES
     names = [row[0] for row in db.read().execute("SELECT name FROM _migrations ORDER BY rowid")]
     assert names == [m.name for m in RETRIEVAL]
@@ -317,6 +318,9 @@ def test_opening_the_release_database_runs_only_later_migrations_and_keeps_every
     assert contents(release.db_path) == after  # once upgraded, opening changes nothing
 
 
+@pytest.mark.skipif(
+    store_under_test() == "postgresql", reason="upgrades a released SQLite data directory"
+)
 def test_a_release_data_directory_opens_upgrades_and_answers(
     release: Settings, tmp_path: Path
 ) -> None:

@@ -332,7 +332,7 @@ def test_starting_sign_ins_is_throttled_per_client_address(tmp_path: Path) -> No
 
 
 def test_sign_ins_under_way_are_pruned_and_capped(tmp_path: Path) -> None:
-    db = open_database(tmp_path / "ragdesk.db")
+    db = open_database(fake_settings(tmp_path))
     logins = PendingLogins(db, max_pending=3)
     pending = Pending("nonce", "verifier", "http://127.0.0.1/sso/callback", "/")
     with db.write() as write:  # one started long ago and never finished

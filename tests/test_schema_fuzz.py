@@ -37,7 +37,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
         tmp_path_factory.mktemp("fuzz") / "data", allowed_hosts=["127.0.0.1"]
     )
     app_settings.server.data_dir.mkdir(parents=True)
-    db = open_database(app_settings.db_path)
+    db = open_database(app_settings)
     try:
         auth = open_auth(app_settings, db)
         admin = auth.users.create("fuzzer", "fuzzer password 123", role="admin")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.db import Database
+from retrieval.db import SqliteDatabase
 from retrieval.embedder import SentenceTransformerEmbedder, bundled_embedder_dir
 from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.library import Library
@@ -28,7 +28,7 @@ DOCUMENTS = {
 def retriever(tmp_path_factory: pytest.TempPathFactory) -> Retriever:
     root = tmp_path_factory.mktemp("real-search")
     embedder = SentenceTransformerEmbedder(bundled_embedder_dir())
-    store = DocumentStore(Database(root / "ragdesk.db"))
+    store = DocumentStore(SqliteDatabase(root / "ragdesk.db"))
     library = Library(store, UploadFiles(root / "uploads"))
     index, _ = open_index(
         root / "index", store, model_id=embedder.model_id, dimension=embedder.dimension

@@ -385,6 +385,7 @@ def test_trigger_reports_the_run_as_running_even_when_it_fails_at_once() -> None
     """The run is read before its thread starts: a sync that fails in microseconds (an
     unmounted directory) is still ``running`` to the caller that started it."""
     import threading
+    from contextlib import nullcontext
     from types import SimpleNamespace
 
     from app.sources.scheduler import SyncScheduler
@@ -393,6 +394,8 @@ def test_trigger_reports_the_run_as_running_even_when_it_fails_at_once() -> None
     statuses: dict[int, str] = {}
 
     class Store:
+        db = SimpleNamespace(held=lambda name, key: nullcontext(True))  # the lock is free
+
         def start_run(self, source_id: int, trigger: str) -> int:
             statuses[1] = "running"
             return 1

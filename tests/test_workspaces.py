@@ -359,9 +359,10 @@ def test_deleting_while_a_document_embeds_stops_it_and_leaves_nothing(tmp_path: 
     kit.library.attach_worker(worker)
     try:
         assert in_slice.wait(30)
-        path = kit.library.files.path(big.stored_name)
+        assert kit.library.files.exists(big.stored_name)
         deleted = kit.library.delete_collection(book, doomed.id)
-        assert deleted.document_ids == (big.id,) and not path.exists()
+        assert deleted.document_ids == (big.id,)
+        assert not kit.library.files.exists(big.stored_name)
         release.set()
         wait_for(lambda: worker.pending == 0 and not worker._held, timeout=60)
         kit.embedder.embed_batch = embed  # type: ignore[method-assign]
@@ -507,7 +508,7 @@ def test_the_parser_child_obeys_a_parses_ocr_switch() -> None:
 
 def test_a_scoped_conversation_answers_with_its_collections_default_model(tmp_path: Path) -> None:
     settings = fake_settings(tmp_path / "data")
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     try:
         LocalModels(db, settings).add(gguf(tmp_path / "tiny.gguf"), "tiny")
     finally:
@@ -630,7 +631,7 @@ def test_the_cli_lists_creates_renames_describes_and_deletes(
         line.split("\t")[1]
         for line in _cli(capsys, "collections", "list", "--data-dir", data)[1].splitlines()
     ] == ["default"]
-    db = open_database(fake_settings(data).db_path)
+    db = open_database(fake_settings(data))
     try:
         actions = [
             r[0] for r in db.read().execute("SELECT action FROM collection_audit ORDER BY id")
@@ -648,7 +649,7 @@ def test_ragdesk_ingest_obeys_the_collections_ocr_switch(
     monkeypatch.setenv("RAGDESK_EMBEDDER_BACKEND", "fake")
     data = tmp_path / "data"
     assert _cli(capsys, "collections", "create", "Born digital", "--data-dir", data)[0] == 0
-    db = open_database(fake_settings(data).db_path)
+    db = open_database(fake_settings(data))
     try:
         book = Workspaces(db)
         found = book.by_name("Born digital")
@@ -659,7 +660,7 @@ def test_ragdesk_ingest_obeys_the_collections_ocr_switch(
     scan = tmp_path / "scan.pdf"
     scan.write_bytes(scanned_pdf([scanned_page(["Visitors park in the north garage."])]))
     _, out, _ = _cli(capsys, "ingest", scan, "--collection", "Born digital", "--data-dir", data)
-    db = open_database(fake_settings(data).db_path)
+    db = open_database(fake_settings(data))
     try:
         [document] = DocumentStore(db).list_documents()
         assert document.chunk_count == 0 or document.status is not DocumentStatus.INDEXED, out
@@ -679,4 +680,4 @@ def test_an_upload_racing_a_collection_delete_is_refused_and_leaves_no_file(
     with pytest.raises(CollectionGone):
         kit.library.submit(data=b"# Late\n\nToo late.", filename="late.md", collection_id=doomed.id)
     assert kit.store.stored_names() == set()
-    assert not [p for p in kit.library.files.directory.rglob("*") if p.is_file()]
+    assert not [p for p in (kit.root / "uploads").rglob("*") if p.is_file()]  # the kit's

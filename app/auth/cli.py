@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     values = {"data_dir": args.data_dir} if args.data_dir else {}
     settings = Settings(**values)
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     try:
         auth, store = open_auth(settings, db), DocumentStore(db)
         handler = _USERS if args.command == "users" else _KEYS

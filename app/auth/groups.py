@@ -7,7 +7,6 @@ collections (``source = 'settings'``)."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -15,8 +14,11 @@ from typing import Any, Literal
 
 from app.auth.users import NAME, AccountError
 from retrieval.db import Database
+from retrieval.sql import IntegrityError
 
 MemberSource = Literal["local", "oidc"]
+# Names ignore case: compared as lower() on both stores (PostgreSQL has no NOCASE column).
+_BY_NAME = "SELECT * FROM groups WHERE lower(name) = lower(?)"
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class Groups:
                 cursor = db.execute(
                     "INSERT INTO groups (name, created_at) VALUES (?, ?)", [name, time.time()]
                 )
-        except sqlite3.IntegrityError:
+        except IntegrityError:
             raise AccountError(f"a group named {name!r} already exists") from None
         found = self.get(int(cursor.lastrowid or 0))
         assert found is not None
@@ -68,7 +70,7 @@ class Groups:
         return _group(row) if row else None
 
     def by_name(self, name: str) -> Group | None:
-        row = self.db.read().execute("SELECT * FROM groups WHERE name = ?", [name]).fetchone()
+        row = self.db.read().execute(_BY_NAME, [name]).fetchone()
         return _group(row) if row else None
 
     def delete(self, group_id: int) -> bool:
@@ -94,7 +96,8 @@ class Groups:
     def members(self, group_id: int) -> list[GroupMember]:
         rows = self.db.read().execute(
             """SELECT m.user_id, u.name, m.source FROM group_members m
-               JOIN users u ON u.id = m.user_id WHERE m.group_id = ? ORDER BY u.name""",
+               JOIN users u ON u.id = m.user_id WHERE m.group_id = ?
+               ORDER BY lower(u.name), u.name""",
             [group_id],
         )
         return [GroupMember(int(r[0]), str(r[1]), str(r[2])) for r in rows]
@@ -102,7 +105,7 @@ class Groups:
     def of_user(self, user_id: int) -> list[Group]:
         rows = self.db.read().execute(
             """SELECT g.* FROM groups g JOIN group_members m ON m.group_id = g.id
-               WHERE m.user_id = ? ORDER BY g.name""",
+               WHERE m.user_id = ? ORDER BY lower(g.name), g.name""",
             [user_id],
         )
         return [_group(row) for row in rows]
@@ -154,7 +157,7 @@ class Groups:
                 db.execute(
                     "INSERT OR IGNORE INTO groups (name, created_at) VALUES (?, ?)", [name, now]
                 )
-                group_id = db.execute("SELECT id FROM groups WHERE name = ?", [name]).fetchone()[0]
+                group_id = db.execute(_BY_NAME, [name]).fetchone()["id"]
                 db.execute(
                     "DELETE FROM group_collections WHERE group_id = ? AND source = 'settings'",
                     [group_id],
@@ -177,5 +180,5 @@ class Groups:
 
     # Last: within the class body, ``list`` after this names the method.
     def list(self) -> list[Group]:
-        rows = self.db.read().execute("SELECT * FROM groups ORDER BY name").fetchall()
+        rows = self.db.read().execute("SELECT * FROM groups ORDER BY lower(name), name").fetchall()
         return [_group(row) for row in rows]

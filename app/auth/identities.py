@@ -6,19 +6,17 @@ user, made at the first sign-in. At each sign-in the provider's group claim sets
 from __future__ import annotations
 
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import sqlite_utils
 
 from app.auth.groups import Groups
 from app.auth.principal import Role, User
 from app.auth.users import NAME, Users
 from app.config.settings import AuthSettings
 from retrieval.db import Database
+from retrieval.sql import IntegrityError, Session
 
 NO_PASSWORD = ""  # an SSO account has none; Users.authenticate refuses it
 LINK_ATTEMPTS = 5  # races lost to another process's writes before a first sign-in gives up
@@ -134,7 +132,7 @@ class Identities:
                         [issuer, subject],
                     ).fetchone()
                     made = None if linked else _insert(db, issuer, subject, base, role, now)
-            except sqlite3.IntegrityError:
+            except IntegrityError:
                 continue
             if made is not None:
                 return made, True
@@ -144,7 +142,7 @@ class Identities:
         raise SignInRefused("the account could not be set up; try again")
 
 
-def _free_name(db: sqlite_utils.Database, base: str) -> str:
+def _free_name(db: Session, base: str) -> str:
     """``base``, or ``base-2``, ``base-3`` … whichever no user has (names ignore case)."""
     taken = {
         str(r[0]).casefold()
@@ -156,9 +154,7 @@ def _free_name(db: sqlite_utils.Database, base: str) -> str:
     return next(n for n in _candidates(base) if n.casefold() not in taken)
 
 
-def _insert(
-    db: sqlite_utils.Database, issuer: str, subject: str, base: str, role: Role, now: float
-) -> User:
+def _insert(db: Session, issuer: str, subject: str, base: str, role: Role, now: float) -> User:
     """A new SSO user, named ``base`` or the next free variant, linked to the identity."""
     name = _free_name(db, base)
     cursor = db.execute(

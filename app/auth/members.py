@@ -54,7 +54,8 @@ class Members:
     def of_collection(self, collection_id: int) -> list[Member]:
         rows = self.db.read().execute(
             """SELECT m.collection_id, m.user_id, u.name, m.can_write FROM collection_members m
-               JOIN users u ON u.id = m.user_id WHERE m.collection_id = ? ORDER BY u.name""",
+               JOIN users u ON u.id = m.user_id WHERE m.collection_id = ?
+               ORDER BY lower(u.name), u.name""",
             [collection_id],
         )
         return [Member(int(r[0]), int(r[1]), str(r[2]), bool(r[3])) for r in rows]

@@ -193,8 +193,8 @@ class PendingLogins:
             # Full (a flood from many addresses): the oldest make room. A flood can then
             # crowd out sign-ins under way (they start again), but never fill the disk.
             crowded = db.execute(
-                "DELETE FROM sso_logins WHERE rowid IN (SELECT rowid FROM sso_logins"
-                " ORDER BY created_at DESC, rowid DESC LIMIT -1 OFFSET ?)",
+                "DELETE FROM sso_logins WHERE state_hash NOT IN (SELECT state_hash"
+                " FROM sso_logins ORDER BY created_at DESC, state_hash DESC LIMIT ?)",
                 [self.max_pending - 1],
             ).rowcount
             db.execute(

@@ -1,7 +1,10 @@
 """In-process rate limits: a token bucket per key or user, and a login throttle.
 
-One process serves everything (llama.cpp holds the model), so in-process state is the
-whole truth; a restart forgets it, which errs on the side of letting people in.
+On SQLite one process owns the data directory and serves everything, so in-process state
+is the whole truth; a restart forgets it, which errs on the side of letting people in.
+On PostgreSQL several fronts share the database, and each would allow the whole budget:
+there the same interfaces (the protocols below) are kept in the database instead
+(app/auth/shared_limits.py); ``app.auth.service`` chooses by the store.
 """
 
 from __future__ import annotations
@@ -11,8 +14,37 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 Clock = Callable[[], float]
+
+
+class RequestLimiter(Protocol):
+    """A token bucket per key: :class:`TokenBuckets`, or the database's."""
+
+    def take(self, key: str) -> float: ...
+
+
+class FailureLimiter(Protocol):
+    """Failures per key in a sliding window: :class:`KeyFailures`, or the database's."""
+
+    def retry_after(self, address: str) -> int: ...
+
+    def failed(self, address: str) -> None: ...
+
+
+class LoginLimiter(Protocol):
+    """Failed sign-ins per user and per address: :class:`LoginThrottle`, or the database's."""
+
+    def begin(self, name: str, address: str) -> int: ...
+
+    def retry_after(self, name: str, address: str) -> int: ...
+
+    def delay(self, name: str, address: str) -> float: ...
+
+    def failed(self, name: str, address: str) -> None: ...
+
+    def succeeded(self, name: str, address: str | None = None) -> None: ...
 
 
 class TokenBuckets:

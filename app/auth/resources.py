@@ -35,8 +35,9 @@ def check_path_rows(
     *,
     writing: bool,
 ) -> None:
-    # The guard runs before validation: an id out of SQLite's range names no row, so it is
-    # left to the handler's own validation (422) and not looked up here.
+    # The guard runs before validation: an id out of a 64-bit key's range (SQLite's
+    # integer, PostgreSQL's BIGINT) names no row, so it is left to the handler's own
+    # validation (422) and not looked up here.
     params = {
         name: value
         for name in ROW_PARAMS

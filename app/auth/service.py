@@ -15,7 +15,14 @@ from app.auth.members import Members
 from app.auth.oidc import OidcClient, PendingLogins
 from app.auth.ownership import Ownership
 from app.auth.passwords import Passwords, generate_password
-from app.auth.ratelimit import KeyFailures, LoginThrottle, TokenBuckets
+from app.auth.ratelimit import (
+    FailureLimiter,
+    KeyFailures,
+    LoginLimiter,
+    LoginThrottle,
+    RequestLimiter,
+    TokenBuckets,
+)
 from app.auth.sessions import Sessions
 from app.auth.users import Users
 from app.config.settings import Settings
@@ -33,13 +40,13 @@ class Auth:
     members: Members
     ownership: Ownership
     audit: Audit
-    buckets: TokenBuckets
-    logins: LoginThrottle
-    key_failures: KeyFailures
+    buckets: RequestLimiter  # per key or user
+    logins: LoginLimiter
+    key_failures: FailureLimiter
     groups: Groups
     identities: Identities
     sso_logins: PendingLogins
-    sso_starts: TokenBuckets  # per client address: each start stores a sign-in under way
+    sso_starts: RequestLimiter  # per client address: each start stores a sign-in under way
     oidc: OidcClient | None  # None: single sign-on is off
 
 
@@ -52,16 +59,43 @@ def passwords_for(settings: Settings) -> Passwords:
     )
 
 
-def open_auth(settings: Settings, db: Database) -> Auth:
+@dataclass
+class Limits:
+    buckets: RequestLimiter
+    logins: LoginLimiter
+    key_failures: FailureLimiter
+    sso_starts: RequestLimiter
+
+
+def open_limits(settings: Settings, db: Database) -> Limits:
+    """The rate limits and throttles: in memory on SQLite (one process owns its data
+    directory); in the database on PostgreSQL, where every front counts against one
+    budget (app/auth/shared_limits.py)."""
     auth = settings.auth
-    users, groups = Users(db, passwords_for(settings)), Groups(db)
-    return Auth(
-        users=users,
-        sessions=Sessions(db, auth.session_lifetime_s, auth.session_idle_s),
-        keys=ApiKeys(db),
-        members=Members(db),
-        ownership=Ownership(db),
-        audit=Audit(db),
+    sso_burst = max(1, math.ceil(auth.oidc_logins_per_minute))
+    if db.dialect == "postgresql":
+        from app.auth.shared_limits import (  # psycopg: imported only when used
+            SharedKeyFailures,
+            SharedLoginThrottle,
+            SharedTokenBuckets,
+        )
+
+        return Limits(
+            buckets=SharedTokenBuckets(
+                db, "requests", auth.rate_limit_per_minute, auth.rate_limit_burst
+            ),
+            logins=SharedLoginThrottle(
+                db,
+                per_user=auth.login_max_failures_per_user,
+                per_address=auth.login_max_failures_per_address,
+                window_s=auth.login_failure_window_s,
+            ),
+            key_failures=SharedKeyFailures(
+                db, auth.key_max_failures_per_address, auth.login_failure_window_s
+            ),
+            sso_starts=SharedTokenBuckets(db, "sso_starts", auth.oidc_logins_per_minute, sso_burst),
+        )
+    return Limits(
         buckets=TokenBuckets(auth.rate_limit_per_minute, auth.rate_limit_burst),
         logins=LoginThrottle(
             per_user=auth.login_max_failures_per_user,
@@ -69,12 +103,28 @@ def open_auth(settings: Settings, db: Database) -> Auth:
             window_s=auth.login_failure_window_s,
         ),
         key_failures=KeyFailures(auth.key_max_failures_per_address, auth.login_failure_window_s),
+        sso_starts=TokenBuckets(auth.oidc_logins_per_minute, sso_burst),
+    )
+
+
+def open_auth(settings: Settings, db: Database) -> Auth:
+    auth = settings.auth
+    users, groups = Users(db, passwords_for(settings)), Groups(db)
+    limits = open_limits(settings, db)
+    return Auth(
+        users=users,
+        sessions=Sessions(db, auth.session_lifetime_s, auth.session_idle_s),
+        keys=ApiKeys(db),
+        members=Members(db),
+        ownership=Ownership(db),
+        audit=Audit(db),
+        buckets=limits.buckets,
+        logins=limits.logins,
+        key_failures=limits.key_failures,
         groups=groups,
         identities=Identities(db, users, groups),
         sso_logins=PendingLogins(db),
-        sso_starts=TokenBuckets(
-            auth.oidc_logins_per_minute, max(1, math.ceil(auth.oidc_logins_per_minute))
-        ),
+        sso_starts=limits.sso_starts,
         oidc=OidcClient(auth) if auth.oidc_enabled else None,
     )
 

@@ -1,19 +1,22 @@
-"""User accounts in SQLite."""
+"""User accounts. Names are unique and looked up ignoring case (``lower(name)``: the
+PostgreSQL schema's unique index, SQLite's ``COLLATE NOCASE`` column)."""
 
 from __future__ import annotations
 
 import re
-import sqlite3
 import time
 from typing import Any
 
 from app.auth.passwords import Passwords
 from app.auth.principal import Role, User
 from retrieval.db import Database
+from retrieval.sql import IntegrityError
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 MIN_PASSWORD_CHARS = 12
 MAX_PASSWORD_CHARS = 1024  # argon2 takes anything; a megabyte password is a DoS, not a secret
+# Names ignore case: compared as lower() on both stores (PostgreSQL has no NOCASE column).
+_BY_NAME = "SELECT * FROM users WHERE lower(name) = lower(?)"
 
 
 class AccountError(ValueError):
@@ -48,7 +51,7 @@ class Users:
                     "INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
                     [name, role, hashed, time.time()],
                 )
-        except sqlite3.IntegrityError:
+        except IntegrityError:
             raise AccountError(f"a user named {name!r} already exists") from None
         return User(int(cursor.lastrowid or 0), name, role)
 
@@ -57,18 +60,18 @@ class Users:
         return _user(row) if row else None
 
     def by_name(self, name: str) -> User | None:
-        row = self.db.read().execute("SELECT * FROM users WHERE name = ?", [name]).fetchone()
+        row = self.db.read().execute(_BY_NAME, [name]).fetchone()
         return _user(row) if row else None
 
     def list(self) -> list[User]:
-        rows = self.db.read().execute("SELECT * FROM users ORDER BY name").fetchall()
+        rows = self.db.read().execute("SELECT * FROM users ORDER BY lower(name), name").fetchall()
         return [_user(row) for row in rows]
 
     def authenticate(self, name: str, password: str) -> User | None:
         """The user, when the password is right and the account enabled (slow on purpose)."""
         if len(password) > MAX_PASSWORD_CHARS or len(name) > 64:
             return None
-        row = self.db.read().execute("SELECT * FROM users WHERE name = ?", [name]).fetchone()
+        row = self.db.read().execute(_BY_NAME, [name]).fetchone()
         # An account made by single sign-on has no password (''): verified like no account.
         stored = str(row["password_hash"]) if row and row["password_hash"] else None
         if not self.passwords.verify(stored, password) or row is None or row["disabled"]:

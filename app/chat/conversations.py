@@ -218,14 +218,16 @@ class Conversations:
         keeps those whose title contains it (case-insensitive, taken literally); ``only``
         keeps those ids (filtered before the limit)."""
         pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        ids = None if only is None else json.dumps(sorted(only))
+        ids = [] if only is None else sorted(int(i) for i in only)
+        if only is not None and not ids:
+            return []
+        in_ids = f" AND c.id IN ({', '.join('?' * len(ids))})" if ids else ""
         rows = self.db.read().query(
-            "SELECT c.*, p.pinned_at IS NOT NULL AS pinned FROM conversations c"
+            "SELECT c.*, p.pinned_at IS NOT NULL AS pinned FROM conversations c"  # noqa: S608
             " LEFT JOIN conversation_pins p ON p.conversation_id = c.id"
-            " WHERE c.title LIKE ? ESCAPE '\\'"
-            " AND (? IS NULL OR c.id IN (SELECT value FROM json_each(?)))"
+            f" WHERE c.title LIKE ? ESCAPE '\\'{in_ids}"
             " ORDER BY pinned DESC, c.updated_at DESC LIMIT ?",
-            [pattern, ids, ids, limit],
+            [pattern, *ids, limit],
         )
         return [(Conversation(**conversation_fields(row)), bool(row["pinned"])) for row in rows]
 

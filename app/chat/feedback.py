@@ -54,16 +54,18 @@ class AnswerFeedback:
             raise ValueError(f"rating must be one of {', '.join(RATINGS)}")
         text = None if comment is None else comment.strip()[:MAX_COMMENT_CHARS]
         now = time.time()
+        # A comment left out keeps the one given before (a parameter only tested for NULL
+        # has no type PostgreSQL can infer: the statement itself says which).
+        new_comment = "" if text is None else " comment = excluded.comment,"
         with self.db.write() as db:
             db.execute(
-                "INSERT INTO answer_feedback"
+                "INSERT INTO answer_feedback"  # noqa: S608 - fixed fragments
                 " (message_id, user_id, rating, comment, created_at, updated_at)"
-                " VALUES (?, ?, ?, COALESCE(?, ''), ?, ?)"
+                " VALUES (?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (message_id, user_id) DO UPDATE SET"
-                " rating = excluded.rating,"
-                " comment = CASE WHEN ? IS NULL THEN comment ELSE excluded.comment END,"
+                f" rating = excluded.rating,{new_comment}"
                 " updated_at = excluded.updated_at",
-                [message_id, user_id, rating, text, now, now, text],
+                [message_id, user_id, rating, text or "", now, now],
             )
         found = self.of(message_id, user_id)
         assert found is not None
@@ -94,8 +96,9 @@ class AnswerFeedback:
     def listing(self, rating: Rating | None = None, limit: int = 500) -> list[FeedbackEntry]:
         """The newest feedback first (``rating``: only that kind), with its answer and the
         question the answer replied to."""
+        where, params = ("", []) if rating is None else (" WHERE f.rating = ?", [rating])
         rows = self.db.read().query(
-            "SELECT f.message_id AS f_message_id, f.user_id AS f_user_id,"
+            "SELECT f.message_id AS f_message_id, f.user_id AS f_user_id,"  # noqa: S608
             " f.rating AS f_rating, f.comment AS f_comment, f.created_at AS f_created_at,"
             " f.updated_at AS f_updated_at, u.name AS f_user_name, q.content AS f_question,"
             " a.*,"
@@ -106,9 +109,8 @@ class AnswerFeedback:
             " JOIN users u ON u.id = f.user_id"
             " JOIN messages a ON a.id = f.message_id"
             " LEFT JOIN messages q ON q.id = a.reply_to"
-            " WHERE (? IS NULL OR f.rating = ?)"
-            " ORDER BY f.updated_at DESC LIMIT ?",
-            [rating, rating, limit],
+            f"{where} ORDER BY f.updated_at DESC LIMIT ?",
+            [*params, limit],
         )
         return [_entry(row) for row in rows]
 

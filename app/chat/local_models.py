@@ -20,13 +20,14 @@ from collections.abc import Collection
 from contextlib import closing
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from app.config.settings import Settings
 from app.errors import AppError
 from llm.models import BUNDLED, BundledModel, installed, sweep_partial_models
 from llm.params import UnknownModel
 from retrieval.db import Database
+from retrieval.sql import IntegrityError
 
 Kind = Literal["bundled", "added", "configured", "alias"]
 
@@ -98,16 +99,44 @@ def default_name(settings: Settings) -> str:
 
 
 def added_models(settings: Settings) -> dict[str, Path]:
-    """The added models' files by name, read without migrating (the model loaders need
-    them before, or without, the app's database being open); none before m015."""
-    if not settings.db_path.is_file():
+    """The added models' files by name, read from the configured database without
+    migrating it (the model loaders need them before, or without, the app's database
+    being open); none before m015, or before PostgreSQL has chat's tables."""
+    if settings.server.database_url is not None:
+        rows = _added_in_postgresql(settings)
+    elif not settings.db_path.is_file():
         return {}
-    try:
-        with closing(sqlite3.connect(settings.db_path, timeout=30.0)) as conn:
-            rows = conn.execute("SELECT name, file FROM local_models ORDER BY name").fetchall()
-    except sqlite3.OperationalError:  # no such table yet
-        return {}
+    else:
+        try:
+            with closing(sqlite3.connect(settings.db_path, timeout=30.0)) as conn:
+                rows = conn.execute(_ADDED).fetchall()
+        except sqlite3.OperationalError:  # no such table yet
+            return {}
     return {str(name): added_dir(settings) / str(file) for name, file in rows}
+
+
+_ADDED = "SELECT name, file FROM local_models ORDER BY name"
+
+
+def _added_in_postgresql(settings: Settings) -> list[Any]:
+    """``local_models``' rows through one short-lived connection (psycopg and the store
+    are imported only when PostgreSQL is configured)."""
+    import psycopg
+
+    from retrieval.pg import PostgresDatabase
+
+    assert settings.server.database_url is not None
+    db = PostgresDatabase(
+        settings.server.database_url.get_secret_value(),
+        pool_size=1,
+        statement_timeout_s=settings.server.database_timeout_s,
+    )
+    try:
+        return db.read().execute(_ADDED).fetchall()
+    except psycopg.errors.UndefinedTable:
+        return []
+    finally:
+        db.close()
 
 
 class LocalModels:
@@ -157,7 +186,7 @@ class LocalModels:
                     [model.name, model.file, model.size, model.source, model.added_at],
                 )
                 partial.replace(target)
-        except sqlite3.IntegrityError:
+        except IntegrityError:
             raise ModelError(f"a model named {name!r} was added meanwhile") from None
         finally:
             partial.unlink(missing_ok=True)

@@ -34,7 +34,7 @@ def add_commands(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     try:
         models = ChatModels(db, settings)
         if args.verb == "list":

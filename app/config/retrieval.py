@@ -6,6 +6,7 @@ The plain configs come from their sections: ``settings.index.spec()``,
 from __future__ import annotations
 
 from app.config.settings import Settings
+from retrieval.db import Database
 from retrieval.embedder import (
     Embedder,
     HashingEmbedder,
@@ -14,7 +15,9 @@ from retrieval.embedder import (
     model_id,
 )
 from retrieval.index import FaissIndex
+from retrieval.leases import HANDOVER_FILE, Leases
 from retrieval.parsers.isolated import IsolatedParser
+from retrieval.pg_vectors import PgVectorIndex, open_pg_vector_index
 from retrieval.search import Retriever
 from retrieval.store import DocumentStore
 from retrieval.vector_sync import SyncReport, open_index
@@ -30,6 +33,18 @@ def build_parser(settings: Settings) -> IsolatedParser:
         processes=ingest.parse_processes,
         ocr=ingest.ocr_options(),
         ocr_on_request=ingest.ocr_tuning(),
+    )
+
+
+def data_dir_leases(db: Database, settings: Settings) -> Leases:
+    """The document leases of a process that ingests from this data directory (the
+    server, ``ragdesk ingest``, ``ragdesk sync``): it holds the directory's lock, so the
+    process that ingested from it before is dead, and its leases are taken back at once
+    rather than left to run out (retrieval/leases.py)."""
+    return Leases(
+        db,
+        lease_s=settings.ingest.lease_s,
+        handover=settings.server.data_dir / HANDOVER_FILE,
     )
 
 
@@ -69,9 +84,13 @@ def build_embedder(settings: Settings) -> Embedder:
 
 def open_vector_index(
     settings: Settings, store: DocumentStore, embedder: Embedder, *, read_only: bool = False
-) -> tuple[FaissIndex, SyncReport]:
+) -> tuple[FaissIndex | PgVectorIndex, SyncReport]:
     """The FAISS index for ``embedder``'s vectors, rebuilt or caught up from SQLite;
-    ``read_only`` writes no checkpoint (the server may own the directory meanwhile)."""
+    ``read_only`` writes no checkpoint (the server may own the directory meanwhile). On
+    PostgreSQL the embeddings rows are the index (pgvector): no files, nothing to sync."""
+    if store.db.dialect == "postgresql":
+        index = open_pg_vector_index(store, embedder.model_id, embedder.dimension)
+        return index, SyncReport(loaded_from_disk=True, reason=None, added=0, removed=0)
     return open_index(
         settings.index_dir,
         store,

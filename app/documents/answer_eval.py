@@ -27,6 +27,7 @@ from llm.params import Usage
 from retrieval.db import Database
 from retrieval.evaluation import GoldenQuestion
 from retrieval.followup_eval import GoldenConversation
+from retrieval.sql import insert_row
 
 
 async def ask_all(
@@ -222,7 +223,7 @@ def save_answer_run(
         "details": json.dumps([asdict(s) for s in result.scores]),
     }
     with db.write() as conn:
-        return int(conn.table("answer_eval_runs").insert(row).last_rowid or 0)
+        return insert_row(conn, "answer_eval_runs", row)
 
 
 def answer_history(db: Database, limit: int = 20) -> list[AnswerRun]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.chat.conversations import Conversations
+from app.config.originals import open_originals
 from app.config.settings import Settings
 from app.documents import workspaces
 from app.errors import AppError
@@ -25,7 +26,6 @@ from retrieval.data_lock import DataDirBusy, exclusive
 from retrieval.db import Database
 from retrieval.library import Library
 from retrieval.store import DocumentStore
-from retrieval.uploads import UploadFiles
 
 
 def add_commands(commands: Any) -> None:
@@ -54,7 +54,7 @@ def add_commands(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     try:
         return _run(args, _desk(settings, db))
     except (AppError, DataDirBusy) as exc:
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _desk(settings: Settings, db: Database) -> workspaces.Desk:
     store = DocumentStore(db)
-    library = Library(store, UploadFiles(settings.uploads_dir))
+    library = Library(store, open_originals(settings))
     return workspaces.Desk(db, settings, library, Conversations(db), store.ensure_collection())
 
 
@@ -116,7 +116,7 @@ def _run(args: argparse.Namespace, desk: workspaces.Desk) -> int:
 
 def _find(desk: workspaces.Desk, name_or_id: str) -> CollectionSettings:
     book = Workspaces(desk.db)
-    # an id within SQLite's integers (a longer run of digits can only be a name)
+    # an id within the stores' 64-bit integers (a longer run of digits can only be a name)
     is_id = name_or_id.isdecimal() and len(name_or_id) < 19
     found = book.get(int(name_or_id)) if is_id else None
     found = found or book.by_name(name_or_id)

@@ -2,7 +2,7 @@
 index; ``ragdesk eval --answers GOLDEN.jsonl``: the quality of the answers chat gives
 (:mod:`app.documents.answer_eval`); given golden conversations
 (:mod:`retrieval.followup_eval`), the follow-up turns asked in them and standalone.
-Both are stored in SQLite; ``--history`` compares the runs."""
+Both are stored in the database; ``--history`` compares the runs."""
 
 from __future__ import annotations
 
@@ -41,10 +41,12 @@ def run_eval(
     if answers and collection is not None:
         print("ragdesk eval: --collection applies to retrieval evaluation only", file=sys.stderr)
         return 2
-    if not settings.db_path.exists():
+    # A SQLite file that is not there means the wrong --data-dir (opening would create
+    # one); a PostgreSQL database is the operator's, and opening it sets it up.
+    if settings.server.database_url is None and not settings.db_path.exists():
         print(f"ragdesk eval: no Ragdesk database in {settings.server.data_dir}", file=sys.stderr)
         return 2
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     try:
         if golden is not None:
             if answers:

@@ -58,13 +58,18 @@ def run_ingest(
     settings: Settings, paths: list[Path], *, collection: str, batch_documents: int
 ) -> int:
     """Ingest ``paths`` into ``collection``; returns the process exit status."""
-    from app.config.retrieval import build_embedder, build_parser, open_vector_index
+    from app.config.originals import open_originals
+    from app.config.retrieval import (
+        build_embedder,
+        build_parser,
+        data_dir_leases,
+        open_vector_index,
+    )
     from app.migrations import open_database
     from retrieval.bulk import BulkIngest, find_files
     from retrieval.ingest import IngestWorker
     from retrieval.library import Library
     from retrieval.store import DocumentStore
-    from retrieval.uploads import UploadFiles
 
     if not collection.strip():
         print("ragdesk ingest: --collection must not be empty", file=sys.stderr)
@@ -76,9 +81,9 @@ def run_ingest(
     # kill (SIGTERM) stops like Ctrl-C: the current batch's SQLite work is committed or not.
     sigterm_interrupts()
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     store = DocumentStore(db)
-    library = Library(store, UploadFiles(settings.uploads_dir))
+    library = Library(store, open_originals(settings))
     collection_id = store.ensure_collection(collection)
     parser = build_parser(settings)
     worker: IngestWorker | None = None
@@ -95,6 +100,7 @@ def run_ingest(
             parse=parser.parse,
             locate=parser.passage_boxes,
             parse_with_ocr=parser.parse_with_ocr,  # a collection's own OCR switch
+            leases=data_dir_leases(db, settings),  # a killed run's, taken back at once
         )
         bulk = BulkIngest(
             library,

@@ -11,9 +11,16 @@ from litestar.datastructures import UploadFile
 from litestar.exceptions import ClientException
 
 from app.auth.access import require_writable
-from app.errors import AppError, NotFound, UnprocessableInput, UnsupportedMediaType
+from app.errors import (
+    AppError,
+    NotFound,
+    StorageUnavailable,
+    UnprocessableInput,
+    UnsupportedMediaType,
+)
 from app.sources.store import SourceStore
 from app.state import Services
+from retrieval.blobs import BlobsUnavailable
 from retrieval.display import shown
 from retrieval.library import display_filename
 from retrieval.parsers import UnsupportedDocumentType, detect_kind
@@ -95,6 +102,8 @@ async def submit_all(
             return Rejected(shown(file.filename), str(exc))
         except CollectionGone:  # deleted between the rights check and the row
             raise NotFound("no such collection (it was deleted)") from None
+        except BlobsUnavailable:  # a 503 the upload dialog tells in its rows
+            raise StorageUnavailable() from None
         if not created:  # the bytes of a synced file, now uploaded by hand too: a sync
             # that loses the file must not delete what a person uploaded
             sources.drop_claim(target, document.content_hash)

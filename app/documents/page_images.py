@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from retrieval.blobs import Originals
 from retrieval.parsers.isolated import IsolatedParser
-from retrieval.uploads import UploadFiles
 
 WIDTH_PX = 1000  # drawn at up to 2x on a high-density screen in the viewer's column
 KEPT = 32  # rendered pages kept (about 100-300 KB each)
@@ -20,7 +20,7 @@ class RendererBusy(Exception):
 
 
 class PageImages:
-    def __init__(self, files: UploadFiles, *, memory_bytes: int):
+    def __init__(self, files: Originals, *, memory_bytes: int):
         self.files = files
         # Its own child: a render never waits behind an upload's two-minute parse.
         self.renderer = IsolatedParser(
@@ -34,7 +34,7 @@ class PageImages:
 
     def png(self, stored_name: str, page: int) -> bytes:
         """Page ``page`` of the stored PDF as a PNG. Raises FileNotFoundError, ParseError
-        (no such page, unreadable), ParserUnavailable or RendererBusy."""
+        (no such page, unreadable), ParserUnavailable, RendererBusy or BlobsUnavailable."""
         key = (stored_name, page)
         with self._lock:
             if (kept := self._kept.get(key)) is not None:

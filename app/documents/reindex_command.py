@@ -3,6 +3,8 @@
 Use it after changing the embedding model (``RAGDESK_EMBEDDER_*``) or the index settings,
 with the server stopped: the live index stays valid and in place until the new one is
 complete, and an interrupted run loses nothing (vectors already computed are cached).
+On PostgreSQL the stored vectors are the index (pgvector): one transaction switches them,
+and every front searches with the new model once restarted with its settings.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ def run_reindex(settings: Settings, *, batch: int) -> int:
     if batch < 1:
         print("ragdesk reindex: --batch must be at least 1", file=sys.stderr)
         return 2
-    if not settings.db_path.exists():
+    # A SQLite file that is not there means the wrong --data-dir (opening would create
+    # one); a PostgreSQL database is the operator's, and opening it sets it up.
+    if settings.server.database_url is None and not settings.db_path.exists():
         print(
             f"ragdesk reindex: no Ragdesk database in {settings.server.data_dir}", file=sys.stderr
         )
         return 2
     sigterm_interrupts()
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     started = time.monotonic()
     tty = sys.stderr.isatty()
 

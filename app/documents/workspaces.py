@@ -228,23 +228,22 @@ def delete(desk: Desk, principal: Principal | None, collection_id: int) -> Delet
 
 
 def _sources_filling(db: Database, collection_id: int) -> list[str]:
-    rows = db.read().execute(
-        "SELECT name FROM sources WHERE collection_id = ? ORDER BY name", [collection_id]
-    )
-    return [str(r[0]) for r in rows]
+    rows = db.read().execute("SELECT name FROM sources WHERE collection_id = ?", [collection_id])
+    return sorted(str(r[0]) for r in rows)  # code points, whatever PostgreSQL's collation
 
 
 def _narrow_scopes(desk: Desk, collection_id: int) -> None:
     """Conversations that searched the deleted collection keep their others; one that
     searched only it searches everything its asker may read (None), rather than nothing."""
-    rows = desk.db.read().execute(
-        "SELECT id, scope FROM conversations WHERE scope IS NOT NULL"
-        " AND EXISTS (SELECT 1 FROM json_each(conversations.scope) WHERE value = ?)",
-        [collection_id],
+    rows = desk.db.read().execute(  # the JSON lists that spell the id (and some longer ones)
+        "SELECT id, scope FROM conversations WHERE scope IS NOT NULL AND scope LIKE ?",
+        [f"%{collection_id}%"],
     )
     for conversation_id, scope in rows.fetchall():
-        left = {int(c) for c in json.loads(scope)} - {collection_id}
-        desk.conversations.set_scope(int(conversation_id), left or None)
+        searched = {int(c) for c in json.loads(scope)}
+        if collection_id in searched:
+            left = searched - {collection_id}
+            desk.conversations.set_scope(int(conversation_id), left or None)
 
 
 @dataclass(frozen=True)
@@ -259,10 +258,11 @@ def groups_of(services: Services, collection_id: int) -> list[GroupAccess]:
     """The groups whose members may read (or write) the collection."""
     rows = services.db.read().execute(
         """SELECT g.id, g.name, gc.can_write, gc.source FROM group_collections gc
-           JOIN groups g ON g.id = gc.group_id WHERE gc.collection_id = ? ORDER BY g.name""",
+           JOIN groups g ON g.id = gc.group_id WHERE gc.collection_id = ?""",
         [collection_id],
     )
-    return [GroupAccess(int(r[0]), str(r[1]), bool(r[2]), str(r[3])) for r in rows]
+    found = [GroupAccess(int(r[0]), str(r[1]), bool(r[2]), str(r[3])) for r in rows]
+    return sorted(found, key=lambda g: g.group_name)  # code points, as on SQLite
 
 
 def add_member(

@@ -18,6 +18,10 @@ runs and ingests.
 
 Models (``models/``: re-assembled by ``ragdesk prepare``) and KV-cache states (``kv/``: a
 cache) are not copied.
+
+An installation on PostgreSQL (``RAGDESK_DATABASE_URL``) keeps its database, vectors
+included, on the database server: the backup refuses, saying to take the database with
+``pg_dump`` and where the originals are (``RAGDESK_BLOB_URL``) to copy them with it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from retrieval.index_files import (
     MANIFEST_FILE,
@@ -40,6 +44,9 @@ from retrieval.index_files import (
     read_manifest,
     write_atomically,
 )
+
+if TYPE_CHECKING:
+    from app.config.settings import Settings
 
 BACKUP_MANIFEST = "backup-manifest.json"
 BACKUP_FORMAT = 1
@@ -70,9 +77,21 @@ class BackupManifest:
 
 
 def take_backup(
-    data_dir: Path, dest: Path, say: Callable[[str], None] = lambda _: None
+    data_dir: Path,
+    dest: Path,
+    say: Callable[[str], None] = lambda _: None,
+    *,
+    settings: Settings | None = None,
 ) -> BackupManifest:
-    """Copy ``data_dir`` to ``dest`` (absent or empty); the manifest is written last."""
+    """Copy ``data_dir`` to ``dest`` (absent or empty); the manifest is written last.
+    ``settings``: the installation's (by default the environment's, for ``data_dir``);
+    one on PostgreSQL is refused (``refuse_postgresql``)."""
+    if settings is None:
+        from app.config.settings import Settings
+
+        where: dict[str, Any] = {"data_dir": data_dir}  # a flat keyword (app.config.settings)
+        settings = Settings(**where)
+    refuse_postgresql(settings)
     databases = sorted(data_dir.glob("*.db"))
     if not databases:
         raise BackupError(f"{data_dir} holds no database (*.db): is it a data directory?")
@@ -85,6 +104,27 @@ def take_backup(
         for staged in dest.rglob(f"*{_STAGED}"):
             staged.unlink(missing_ok=True)
         raise
+
+
+def refuse_postgresql(settings: Settings) -> None:
+    """A ``BackupError`` when the installation keeps its database in PostgreSQL: this
+    backup copies SQLite files; PostgreSQL's own tools copy its database consistently.
+    The message never shows the database URL (it holds a password)."""
+    if settings.server.database_url is None:
+        return
+    blob_url = settings.server.blob_url
+    originals = (
+        f"the uploaded originals live in RAGDESK_BLOB_URL ({blob_url}): copy them with the"
+        " tools of that store"
+        if blob_url
+        else f"the uploaded originals live in {settings.uploads_dir} (RAGDESK_BLOB_URL is"
+        " unset): copy that directory"
+    )
+    raise BackupError(
+        "this installation keeps its database in PostgreSQL (RAGDESK_DATABASE_URL), which"
+        " ragdesk backup does not copy: back up the database with pg_dump (for instance"
+        f" pg_dump --format=custom), and {originals}"
+    )
 
 
 def _back_up_into(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 
+from app.config.originals import open_originals
 from app.config.settings import Settings
 from app.sources.records import Source, SyncRun
 from app.sources.service import Sources
@@ -17,7 +18,6 @@ from app.sources.store import SourceStore
 from retrieval.library import Library
 from retrieval.store import DocumentStore
 from retrieval.types import DocumentStatus
-from retrieval.uploads import UploadFiles
 
 BATCH = 16
 
@@ -27,10 +27,10 @@ def run_sync(settings: Settings, name: str | None, *, list_only: bool = False) -
     from app.migrations import open_database
 
     settings.server.data_dir.mkdir(parents=True, exist_ok=True)
-    db = open_database(settings.db_path)
+    db = open_database(settings)
     try:
         store = DocumentStore(db)
-        library = Library(store, UploadFiles(settings.uploads_dir))
+        library = Library(store, open_originals(settings))
         sources = Sources(
             SourceStore(db), library, settings.ingest, settings.server.max_upload_bytes
         )
@@ -84,7 +84,12 @@ def _ingest(
     settings: Settings, store: DocumentStore, library: Library, collections: set[int]
 ) -> int:
     """Parse, embed and index the synced collections' queued documents; returns failures."""
-    from app.config.retrieval import build_embedder, build_parser, open_vector_index
+    from app.config.retrieval import (
+        build_embedder,
+        build_parser,
+        data_dir_leases,
+        open_vector_index,
+    )
     from retrieval.ingest import IngestWorker
 
     pending = [
@@ -106,6 +111,7 @@ def _ingest(
             parse=parser.parse,
             locate=parser.passage_boxes,
             parse_with_ocr=parser.parse_with_ocr,  # a collection's own OCR switch
+            leases=data_dir_leases(store.db, settings),  # a killed run's, taken back
         )
         for start in range(0, len(pending), BATCH):
             worker.ingest_many(pending[start : start + BATCH])

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 
 from litestar import Litestar
 
@@ -29,8 +29,6 @@ class SyncScheduler:
         self.sources = sources
         self.check_s = check_s
         self.ready = ready  # ingestion is running: deletions reach the vector index at once
-        self._locks: dict[int, threading.Lock] = {}
-        self._locks_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._loop, name="ragdesk-sync", daemon=True)
 
@@ -39,7 +37,14 @@ class SyncScheduler:
         return self.sources.store
 
     def start(self) -> None:
-        self.store.interrupt_running()
+        # Runs left "running" by a front that stopped: those whose lock no live front holds.
+        free = []
+        for source_id in self.store.running_sources():
+            claim = self._claim(source_id)
+            if claim is not None:
+                free.append(source_id)
+                claim.close()
+        self.store.interrupt_running(free)
         if self.check_s > 0:
             self._thread.start()
 
@@ -52,8 +57,8 @@ class SyncScheduler:
 
     def trigger(self, source: Source, trigger: str = "api") -> SyncRun:
         """Start a sync now in its own thread; returns its run (``running``)."""
-        lock = self._lock(source.id)
-        if not lock.acquire(blocking=False):
+        claim = self._claim(source.id)
+        if claim is None:
             raise SyncBusy(source.name)
         try:
             run_id = self.store.start_run(source.id, trigger)
@@ -62,34 +67,46 @@ class SyncScheduler:
             run = self.store.run(run_id)
             assert run is not None
             thread = threading.Thread(
-                target=self._run_locked, args=(lock, source, trigger, run_id), daemon=True
+                target=self._run_claimed, args=(claim, source, trigger, run_id), daemon=True
             )
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
             thread.start()
         except BaseException:
-            lock.release()
+            claim.close()
             raise
         return run
 
-    def delete(self, source: Source) -> None:
-        """Delete a source (waits for a sync of it in progress to end)."""
-        with self._lock(source.id):
+    def delete(self, source: Source, wait_s: float = 600.0) -> None:
+        """Delete a source (waits for a sync of it in progress, here or elsewhere, to end)."""
+        deadline = time.monotonic() + wait_s
+        while (claim := self._claim(source.id)) is None:
+            if time.monotonic() > deadline:
+                raise SyncBusy(source.name)
+            time.sleep(0.2)
+        with claim:
             self.sources.delete(source.id)
 
     def busy(self, source_id: int) -> bool:
-        return self._lock(source_id).locked()
+        claim = self._claim(source_id)
+        if claim is None:
+            return True
+        claim.close()
+        return False
 
-    def _lock(self, source_id: int) -> threading.Lock:
-        with self._locks_lock:
-            return self._locks.setdefault(source_id, threading.Lock())
+    def _claim(self, source_id: int) -> ExitStack | None:
+        """The source's lock, held until the returned stack closes; None when a sync of it
+        runs (in this front or another)."""
+        stack = ExitStack()
+        if stack.enter_context(self.store.db.held("sync", source_id)):
+            return stack
+        stack.close()
+        return None
 
-    def _run_locked(
-        self, lock: threading.Lock, source: Source, trigger: str, run_id: int | None
+    def _run_claimed(
+        self, claim: ExitStack, source: Source, trigger: str, run_id: int | None
     ) -> None:
-        try:
+        with claim:
             self.sources.syncer.run(source, trigger, run_id)
-        finally:
-            lock.release()
 
     def _loop(self) -> None:
         stopping = self.sources.syncer.stopping
@@ -98,10 +115,11 @@ class SyncScheduler:
                 continue
             try:
                 for source in self.store.due(time.time()):
-                    lock = self._lock(source.id)
-                    if stopping.is_set() or not lock.acquire(blocking=False):
-                        continue
-                    self._run_locked(lock, source, "schedule", None)
+                    if stopping.is_set():
+                        break
+                    claim = self._claim(source.id)
+                    if claim is not None:
+                        self._run_claimed(claim, source, "schedule", None)
             except Exception:  # keep scheduling: one bad moment must not end the thread
                 log.exception("scheduled sync failed")
 
@@ -113,9 +131,9 @@ async def sources_lifespan(app: Litestar) -> AsyncIterator[None]:
     settings = services.settings
     store = SourceStore(services.db)
     sources = Sources(store, services.library, settings.ingest, settings.server.max_upload_bytes)
-    scheduler = SyncScheduler(
-        sources, settings.ingest.sync_check_s, lambda: services.library.worker is not None
-    )
+    # Scheduled syncs run where ingestion does: never on a web front (RAGDESK_ROLE=web).
+    check_s = 0.0 if settings.server.role == "web" else settings.ingest.sync_check_s
+    scheduler = SyncScheduler(sources, check_s, lambda: services.library.worker is not None)
     await asyncio.to_thread(scheduler.start)
     app.state.sources = scheduler
     try:

@@ -1,14 +1,14 @@
-"""The sources' tables in SQLite: sources, the files each sync saw, claims, runs."""
+"""The sources' tables in the database: sources, the files each sync saw, claims, runs."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from app.sources.records import RunStatus, Source, SourceFile, SyncRun, Tally
 from retrieval.db import Database
+from retrieval.sql import IntegrityError, insert_row
 
 
 class SourceExists(Exception):
@@ -23,10 +23,8 @@ class SourceStore:
     def add(self, **values: Any) -> Source:
         try:
             with self.db.write() as db:
-                row_id = (
-                    db.table("sources").insert({**values, "created_at": time.time()}).last_rowid
-                )
-        except sqlite3.IntegrityError as exc:
+                row_id = insert_row(db, "sources", {**values, "created_at": time.time()})
+        except IntegrityError as exc:  # a name taken, on either store
             raise SourceExists(values.get("name", "")) from exc
         source = self.get(int(row_id or 0))
         assert source is not None
@@ -172,19 +170,13 @@ class SourceStore:
     # --- runs -------------------------------------------------------------------------------
     def start_run(self, source_id: int, trigger: str) -> int:
         with self.db.write() as db:
-            row_id = (
-                db.table("sync_runs")
-                .insert(
-                    {
-                        "source_id": source_id,
-                        "trigger": trigger,
-                        "status": "running",
-                        "started_at": time.time(),
-                    }
-                )
-                .last_rowid
-            )
-        return int(row_id or 0)
+            row = {
+                "source_id": source_id,
+                "trigger": trigger,
+                "status": "running",
+                "started_at": time.time(),
+            }
+            return insert_row(db, "sync_runs", row)
 
     def finish_run(
         self, run_id: int, status: RunStatus, tally: Tally, error: str | None = None
@@ -209,15 +201,27 @@ class SourceStore:
                 ],
             )
 
-    def interrupt_running(self) -> int:
-        """Runs a stopped process left as running (at start-up, before any new one)."""
+    def interrupt_running(self, source_ids: Collection[int] | None = None) -> int:
+        """Runs a stopped process left as running (at start-up, before any new one): all,
+        or those of ``source_ids`` (the sources no live front is syncing)."""
+        if source_ids is not None and not source_ids:
+            return 0
+        only = (
+            "" if source_ids is None else f" AND source_id IN ({', '.join('?' * len(source_ids))})"
+        )
         with self.db.write() as db:
             cursor = db.execute(
-                "UPDATE sync_runs SET status = 'interrupted', finished_at = ?"
-                " WHERE status = 'running'",
-                [time.time()],
+                "UPDATE sync_runs SET status = 'interrupted', finished_at = ?"  # noqa: S608
+                f" WHERE status = 'running'{only}",
+                [time.time(), *(source_ids or ())],
             )
         return int(cursor.rowcount)
+
+    def running_sources(self) -> list[int]:
+        rows = self.db.read().execute(
+            "SELECT DISTINCT source_id FROM sync_runs WHERE status = 'running'"
+        )
+        return [int(row[0]) for row in rows]
 
     def runs(self, source_id: int, limit: int = 50) -> list[SyncRun]:
         rows = self.db.read().query(

@@ -8,7 +8,6 @@ worker thread. A failure is logged and forgotten: analytics never fail an answer
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from app.usage.rollups import EventFacts, merge_into, tally_events
 from llm.support import declines
 from retrieval.db import Database
 from retrieval.embedder import Embedder
+from retrieval.sql import RawConnection
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class UsageRecorder:
         return outcome
 
 
-def _groups_of(conn: sqlite3.Connection, user_id: int | None) -> tuple[int, ...]:
+def _groups_of(conn: RawConnection, user_id: int | None) -> tuple[int, ...]:
     if user_id is None:
         return ()
     rows = conn.execute(
@@ -156,7 +156,7 @@ def _groups_of(conn: sqlite3.Connection, user_id: int | None) -> tuple[int, ...]
     return tuple(int(row[0]) for row in rows)
 
 
-def _collections_of(conn: sqlite3.Connection, document_ids: tuple[int, ...]) -> tuple[int, ...]:
+def _collections_of(conn: RawConnection, document_ids: tuple[int, ...]) -> tuple[int, ...]:
     if not document_ids:
         return ()
     marks = ", ".join("?" for _ in document_ids)

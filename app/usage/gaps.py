@@ -175,8 +175,9 @@ def question_vectors(db: Database, embedder: Embedder, texts: list[str]) -> np.n
         embedded = np.asarray(embedder.embed_batch([texts[i] for i in batch]), np.float32)
         with db.write() as writer:
             writer.conn.executemany(
-                "INSERT OR REPLACE INTO usage_question_vectors"
-                " (question_hash, model_id, vector) VALUES (?, ?, ?)",
+                "INSERT INTO usage_question_vectors (question_hash, model_id, vector)"
+                " VALUES (?, ?, ?) ON CONFLICT (question_hash, model_id)"
+                " DO UPDATE SET vector = excluded.vector",
                 [(hashes[i], model_id, embedded[n].tobytes()) for n, i in enumerate(batch)],
             )
         for n, i in enumerate(batch):

@@ -8,7 +8,6 @@ most dimensions), and latency histograms are read only for the rows shown.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -17,6 +16,7 @@ from typing import Any
 from app.usage.events import day_of
 from app.usage.period import Period
 from app.usage.rollups import COUNTS, Tally, ids_of, percentile, sum_hists
+from retrieval.sql import RawConnection
 
 BREAKDOWNS = ("user", "group", "key", "collection", "model", "channel")
 
@@ -79,7 +79,7 @@ class UsageReport:
     counted: dict[str, int] = field(default_factory=dict)  # rows before the top cut
 
 
-def build_report(conn: sqlite3.Connection, period: Period, top: int = 20) -> UsageReport:
+def build_report(conn: RawConnection, period: Period, top: int = 20) -> UsageReport:
     first, last = period.first.isoformat(), period.last.isoformat()
     thumbs = _thumbs(conn, period)
     documents = _documents(conn, period)
@@ -108,7 +108,7 @@ def build_report(conn: sqlite3.Connection, period: Period, top: int = 20) -> Usa
     return UsageReport(period, total_row, series, breakdowns, counted)
 
 
-def _days(conn: sqlite3.Connection, first: str, last: str) -> list[tuple[str, Tally]]:
+def _days(conn: RawConnection, first: str, last: str) -> list[tuple[str, Tally]]:
     """Each day's totals (one rollup row a day)."""
     rows = conn.execute(
         f"SELECT day, {', '.join(COUNTS)}, ttft_hist, total_hist FROM usage_daily"  # noqa: S608
@@ -119,7 +119,7 @@ def _days(conn: sqlite3.Connection, first: str, last: str) -> list[tuple[str, Ta
 
 
 def _top_values(
-    conn: sqlite3.Connection, dim: str, period: Period, top: int
+    conn: RawConnection, dim: str, period: Period, top: int
 ) -> tuple[list[tuple[str, Tally]], int]:
     """The ``top`` values of a dimension by questions, and how many had any. Counts are
     summed in SQL (monthly rollups for the period's whole months, daily ones for the
@@ -183,38 +183,38 @@ def _month_after(day: date) -> date:
     return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 
-def _thumbs(conn: sqlite3.Connection, period: Period) -> dict[str, dict[str, Thumbs]]:
+def _thumbs(conn: RawConnection, period: Period) -> dict[str, dict[str, Thumbs]]:
     """Thumbs given in the period on answers with a usage event, per bucket and per
     dimension value of the answer's event ("series" and "all" besides the breakdowns).
 
-    The join is made once into a temporary table (this reader connection's own), then
-    counted per dimension in SQL: a year holds tens of thousands of thumbs."""
+    Counted per dimension in SQL (a year holds tens of thousands of thumbs), each count
+    over the same join, written once."""
     found: dict[str, dict[str, Thumbs]] = {
         name: defaultdict(Thumbs) for name in ("series", "all", *BREAKDOWNS)
     }
-    conn.execute("DROP TABLE IF EXISTS temp.usage_thumbs")
-    conn.execute(
-        "CREATE TEMP TABLE usage_thumbs AS SELECT date(f.updated_at, 'unixepoch') AS day,"
-        " f.rating = 'up' AS up, f.rating = 'down' AS down, e.user_id, e.key_id, e.groups,"
-        " e.collections, e.model, e.channel FROM answer_feedback f JOIN usage_events e"
-        " ON e.message_id = f.message_id WHERE f.updated_at >= ? AND f.updated_at < ?",
-        [period.start_ts, period.end_ts],
-    )
-    try:
-        for column, name in _THUMB_COLUMNS:
-            for value, up, down in conn.execute(
-                f"SELECT {column}, SUM(up), SUM(down) FROM temp.usage_thumbs"  # noqa: S608
-                f" WHERE {column} IS NOT NULL GROUP BY {column}"
-            ):
-                for key in _keys_of(name, str(value), period):
-                    found[name][key].up += int(up)
-                    found[name][key].down += int(down)
-                    if name == "series":
-                        found["all"][""].up += int(up)
-                        found["all"][""].down += int(down)
-    finally:
-        conn.execute("DROP TABLE IF EXISTS temp.usage_thumbs")
+    for column, name in _THUMB_COLUMNS:
+        for value, up, down in conn.execute(
+            f"{_THUMBS} SELECT {column}, SUM(up), SUM(down) FROM thumbs"  # noqa: S608
+            f" WHERE {column} IS NOT NULL GROUP BY {column}",
+            [period.start_ts, period.end_ts],
+        ):
+            for key in _keys_of(name, str(value), period):
+                found[name][key].up += int(up)
+                found[name][key].down += int(down)
+                if name == "series":
+                    found["all"][""].up += int(up)
+                    found["all"][""].down += int(down)
     return found
+
+
+_THUMBS = (
+    "WITH thumbs AS (SELECT date(f.updated_at, 'unixepoch') AS day,"
+    " CASE WHEN f.rating = 'up' THEN 1 ELSE 0 END AS up,"
+    " CASE WHEN f.rating = 'down' THEN 1 ELSE 0 END AS down,"
+    " e.user_id, e.key_id, e.groups, e.collections, e.model, e.channel"
+    " FROM answer_feedback f JOIN usage_events e ON e.message_id = f.message_id"
+    " WHERE f.updated_at >= ? AND f.updated_at < ?)"
+)
 
 
 _THUMB_COLUMNS = (
@@ -232,7 +232,7 @@ def _keys_of(name: str, value: str, period: Period) -> tuple[str, ...]:
     return (value,)
 
 
-def _documents(conn: sqlite3.Connection, period: Period) -> dict[str, dict[str, int]]:
+def _documents(conn: RawConnection, period: Period) -> dict[str, dict[str, int]]:
     """Documents ingested (indexed) in the period, per bucket and per collection."""
     found: dict[str, dict[str, int]] = {"series": defaultdict(int), "collection": defaultdict(int)}
     rows = conn.execute(
@@ -246,7 +246,7 @@ def _documents(conn: sqlite3.Connection, period: Period) -> dict[str, dict[str, 
     return found
 
 
-def _names(conn: sqlite3.Connection) -> dict[str, dict[str, str]]:
+def _names(conn: RawConnection) -> dict[str, dict[str, str]]:
     def named(sql: str) -> dict[str, str]:
         return {str(row[0]): str(row[1]) for row in conn.execute(sql)}
 

@@ -9,12 +9,14 @@ counts, and a percentile is read off the merged counts, within its bucket's widt
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from retrieval.sql import RawConnection
 
 # Upper bounds (ms) of the latency buckets; one more bucket holds everything slower.
 BOUNDS_MS: tuple[int, ...] = (
@@ -97,7 +99,7 @@ class Tally:
         self.total = [a + b for a, b in zip(self.total, other.total, strict=True)]
 
     @classmethod
-    def of_row(cls, row: sqlite3.Row) -> Tally:
+    def of_row(cls, row: Any) -> Tally:
         tally = cls({name: int(row[name]) for name in COUNTS})
         tally.ttft = parse_hist(row["ttft_hist"])
         tally.total = parse_hist(row["total_hist"])
@@ -151,7 +153,7 @@ def tally_events(events: Iterable[EventFacts]) -> dict[tuple[str, str, str], Tal
     return rows
 
 
-def merge_into(conn: sqlite3.Connection, rows: dict[tuple[str, str, str], Tally]) -> None:
+def merge_into(conn: RawConnection, rows: dict[tuple[str, str, str], Tally]) -> None:
     """Add daily ``rows`` to the stored rollups, daily and monthly (inside the caller's
     transaction): a year's report reads twelve monthly rows per user, not 365 daily ones."""
     monthly: dict[tuple[str, str, str], Tally] = defaultdict(Tally)
@@ -161,9 +163,12 @@ def merge_into(conn: sqlite3.Connection, rows: dict[tuple[str, str, str], Tally]
     _merge(conn, "usage_monthly", monthly)
 
 
-def _merge(conn: sqlite3.Connection, table: str, rows: dict[tuple[str, str, str], Tally]) -> None:
+def _merge(conn: RawConnection, table: str, rows: dict[tuple[str, str, str], Tally]) -> None:
     columns = ", ".join(COUNTS)
     marks = ", ".join("?" for _ in COUNTS)
+    updates = ", ".join(
+        f"{name} = excluded.{name}" for name in (*COUNTS, "ttft_hist", "total_hist")
+    )
     for (dim, day, value), tally in rows.items():
         found = conn.execute(
             f"SELECT {columns}, ttft_hist, total_hist FROM {table}"  # noqa: S608
@@ -173,14 +178,15 @@ def _merge(conn: sqlite3.Connection, table: str, rows: dict[tuple[str, str, str]
         if found is not None:
             tally.add(Tally.of_row(found))
         conn.execute(
-            f"INSERT OR REPLACE INTO {table} (dim, day, value, {columns}, ttft_hist,"  # noqa: S608
-            f" total_hist) VALUES (?, ?, ?, {marks}, ?, ?)",
+            f"INSERT INTO {table} (dim, day, value, {columns}, ttft_hist,"  # noqa: S608
+            f" total_hist) VALUES (?, ?, ?, {marks}, ?, ?) ON CONFLICT (dim, day, value)"
+            f" DO UPDATE SET {updates}",
             [dim, day, value, *(tally.counts[name] for name in COUNTS),
              format_hist(tally.ttft), format_hist(tally.total)],
         )  # fmt: skip
 
 
-def rebuild(conn: sqlite3.Connection, batch: int = 50_000) -> int:
+def rebuild(conn: RawConnection, batch: int = 50_000) -> int:
     """Recompute every rollup from the events (after a bulk import, or to repair);
     returns how many events were read. The caller holds the write transaction."""
     conn.execute("DELETE FROM usage_daily")

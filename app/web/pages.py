@@ -242,9 +242,15 @@ class Partials(Controller):
         return ServerSentEvent(html_events(chat, question, request))
 
     @post("/questions/{question_id:int}/stop", status_code=204)
-    async def stop_answer(self, question_id: RowId, chat: ChatService) -> None:
-        """The Stop button: the stream then ends with the partial answer, marked stopped."""
-        if not chat.stop(question_id):
+    async def stop_answer(self, question_id: RowId, chat: ChatService, services: Services) -> None:
+        """The Stop button: the stream then ends with the partial answer, marked stopped.
+        With several fronts, the one writing the answer may be another: all are told."""
+        if chat.stop(question_id):
+            return
+        relay = services.stop_relay
+        if relay is None:
+            raise NotFound("no answer to that question is being written")
+        if not await asyncio.to_thread(relay.stop_everywhere, question_id):
             raise NotFound("no answer to that question is being written")
 
     @get("/documents/{document_id:int}/pages/{page:int}/passage")

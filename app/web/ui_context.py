@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -177,11 +176,13 @@ def suggested_questions(services: Services) -> list[str]:
     """First questions for an empty chat, from the titles of the documents the caller may
     read (the most recently added first); no model is asked."""
     readable = [c.id for c in readable_collections(services.store.collections())]
+    if not readable:
+        return []
     rows = services.db.read().execute(
-        "SELECT id FROM documents WHERE status = ?"
-        " AND collection_id IN (SELECT value FROM json_each(?))"
+        "SELECT id FROM documents WHERE status = ?"  # noqa: S608 - only placeholders
+        f" AND collection_id IN ({', '.join('?' * len(readable))})"
         " ORDER BY created_at DESC, id DESC LIMIT ?",
-        [DocumentStatus.INDEXED.value, json.dumps(readable), SUGGESTIONS * 3],
+        [DocumentStatus.INDEXED.value, *readable, SUGGESTIONS * 3],
     )
     questions: list[str] = []
     for (document_id,) in rows:

@@ -90,6 +90,23 @@ class IngestSettings(Section):
         "used before a reindex) are kept up to this size, least recently used evicted "
         "first; vectors of live passages are always kept (0 = keep none).",
     )
+    lease_s: float = Field(
+        60.0,
+        ge=1.0,
+        le=3600.0,
+        validation_alias=flat_alias("ingest_lease_s", "lease_s"),
+        description="A document being ingested is held by one process under a lease of this "
+        "long, renewed every third of it while it works; a process that dies holding one "
+        "leaves the document to another when the lease runs out.",
+    )
+    poll_s: float = Field(
+        2.0,
+        gt=0.0,
+        le=600.0,
+        validation_alias=flat_alias("ingest_poll_s", "poll_s"),
+        description="How often an ingestion worker looks in the database for documents "
+        "nobody works on (another server's uploads, leases that ran out).",
+    )
 
     source_roots: list[Path] = Field(
         default_factory=list,
