@@ -358,3 +358,21 @@ def test_a_release_data_directory_opens_upgrades_and_answers(
     assert upgraded[: len(recorded)] == recorded  # nothing re-ran
     assert [name for name, _ in upgraded[len(recorded) :]] == SINCE_RELEASE
     assert schema(release.db_path) == schema(fresh(tmp_path))
+
+
+def test_a_release_refuses_a_database_a_newer_release_migrated(tmp_path: Path) -> None:
+    """A rolling upgrade must not let an old front write to tables it no longer knows:
+    a migration recorded that this release lacks is refused, with a clear message, on
+    whichever store is under test."""
+    from app.config.settings import Settings
+    from retrieval.migrations import SchemaTooNew
+
+    settings = Settings(data_dir=tmp_path / "data")
+    db = open_database(settings)
+    with db.write() as writer:
+        writer.execute(
+            "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", ["chat.m999_future", 0.0]
+        )
+    db.close()
+    with pytest.raises(SchemaTooNew, match="newer Ragdesk release"):
+        open_database(settings)
