@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -44,16 +43,9 @@ MODEL = "test-model's 100% \\ own"  # quotes, a percent sign and a backslash in 
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    with tempfile.TemporaryDirectory(prefix="pg") as data:  # short: a socket lives there
-        try:
-            srv = pgserver.get_server(data, cleanup_mode="stop")
-        except Exception as error:  # any reason at all: no PostgreSQL here
-            pytest.skip(f"pgserver could not start PostgreSQL: {error!r}")
-        try:
-            yield srv
-        finally:
-            srv.cleanup()
+def server(pg_server: Any) -> Any:
+    """The session's PostgreSQL (tests/pg_kit.py; skipped with the reason when none starts)."""
+    return pg_server.server
 
 
 @pytest.fixture(scope="module")
