@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -198,3 +199,56 @@ def _store_under_test(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     with database_for_test(server) as url:
         monkeypatch.setenv("RAGDESK_DATABASE_URL", url)
         yield url
+
+
+@pytest.fixture(scope="module")
+def s3_url() -> Iterator[str]:
+    """A real S3 server (moto in server mode) on a loopback port, for one test module."""
+    from moto.server import ThreadedMotoServer
+
+    from tests.server import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def bucket(s3_url: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A bucket of its own for the test, emptied and removed after it."""
+    import boto3
+
+    s3 = boto3.resource(
+        "s3",
+        endpoint_url=s3_url,
+        region_name="us-east-1",
+        aws_access_key_id="setup",
+        aws_secret_access_key="setup",
+    )
+    name = "rd-" + request.node.name.replace("_", "-")[:40].lower().strip("-")
+    made = s3.create_bucket(Bucket=name)
+    yield made
+    made.objects.all().delete()
+    made.delete()
+
+
+@contextmanager
+def logs_captured(caplog: pytest.LogCaptureFixture, *names: str) -> Iterator[None]:
+    """``caplog`` at DEBUG, also once the app has replaced the root logger's handlers
+    (Litestar's logging config, at start): held by the named loggers themselves."""
+    caplog.set_level(logging.DEBUG)
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(caplog.handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(caplog.handler)
+            logger.setLevel(level)

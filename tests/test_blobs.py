@@ -6,7 +6,6 @@ a reason in readiness, never a 500, a hang or a secret in the log or a response.
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import socket
@@ -19,9 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from app.config.originals import open_originals
 from app.config.settings import Settings
@@ -30,9 +27,18 @@ from retrieval.blobs import BlobsUnavailable, Reachability
 from retrieval.s3_blobs import S3Originals
 from retrieval.types import DocumentStatus
 from retrieval.uploads import UploadFiles, content_hash
-from tests.conftest import add_key, fake_settings, signed_in, upload, wait_for, wait_indexed
+from tests.conftest import (
+    add_key,
+    fake_settings,
+    logs_captured,
+    signed_in,
+    upload,
+    wait_for,
+    wait_indexed,
+)
 from tests.documents import make_pdf
 from tests.retrieval_kit import make_kit
+from tests.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_ID = "AKIABLOBTEST00000001"
@@ -221,38 +227,6 @@ def test_blob_url_names_the_store(tmp_path: Path) -> None:
 # --- an S3 bucket -----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def s3_url() -> Iterator[str]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def bucket(s3_url: str, request: pytest.FixtureRequest) -> Iterator[Any]:
-    s3 = boto3.resource(
-        "s3",
-        endpoint_url=s3_url,
-        region_name="us-east-1",
-        aws_access_key_id="setup",
-        aws_secret_access_key="setup",
-    )
-    made = s3.create_bucket(Bucket="rd-" + request.node.name.replace("_", "-")[:40].lower())
-    yield made
-    made.objects.all().delete()
-    made.delete()
-
-
 def bucket_store(bucket: Any, s3_url: str, **kwargs: Any) -> S3Originals:
     return S3Originals(
         bucket.name,
@@ -332,16 +306,8 @@ def test_a_silent_bucket_is_a_clear_error_within_seconds(
 def logged(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     """``caplog`` at DEBUG, also once the app has replaced the root logger's handlers
     (Litestar's logging config, at start): held by our loggers and boto's themselves."""
-    caplog.set_level(logging.DEBUG)
-    loggers = [logging.getLogger(n) for n in ("app", "retrieval", "botocore", "boto3", "urllib3")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.addHandler(caplog.handler)
-        logger.setLevel(logging.DEBUG)
-    yield caplog
-    for logger, level in zip(loggers, levels, strict=True):
-        logger.removeHandler(caplog.handler)
-        logger.setLevel(level)
+    with logs_captured(caplog, "app", "retrieval", "botocore", "boto3", "urllib3"):
+        yield caplog
 
 
 def bucket_settings(data_dir: Path, bucket_name: str, endpoint: str) -> Settings:

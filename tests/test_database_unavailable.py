@@ -7,7 +7,6 @@ PostgreSQL (``pg_server``) and takes it away mid-test."""
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ from litestar.testing import TestClient
 from app.factory import create_app
 from app.ops.database_watch import DatabaseWatch
 from retrieval.db import SqliteDatabase
-from tests.conftest import add_key, add_user, fake_settings, login, wait_for
+from tests.conftest import add_key, add_user, fake_settings, login, logs_captured, wait_for
 from tests.server import REPO
 
 SECRET = "pw-Zq81xkV3"  # the URL's password: never to be seen anywhere
@@ -75,17 +74,8 @@ def outage(pg_server: Any) -> Iterator[Outage]:
 def logged(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     """``caplog`` at DEBUG, also once the app has replaced the root logger's handlers
     (Litestar's logging config, at start): held by the loggers themselves."""
-    caplog.set_level(logging.DEBUG)
-    names = ("app", "retrieval", "litestar", "psycopg", "psycopg_pool")
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.addHandler(caplog.handler)
-        logger.setLevel(logging.DEBUG)
-    yield caplog
-    for logger, level in zip(loggers, levels, strict=True):
-        logger.removeHandler(caplog.handler)
-        logger.setLevel(level)
+    with logs_captured(caplog, "app", "retrieval", "litestar", "psycopg", "psycopg_pool"):
+        yield caplog
 
 
 def no_secret(*texts: str) -> None:

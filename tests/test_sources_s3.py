@@ -14,11 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import boto3
 import botocore.credentials
 import pytest
 from litestar.testing import TestClient
-from moto.server import ThreadedMotoServer
 from pydantic import SecretStr
 
 from app.config.settings.ingest import SourceCredential
@@ -29,35 +27,6 @@ from tests.test_sources import BINARY, counts, create, documents, found, sync
 ACCESS_KEY_ID = "AKIARAGDESKTEST0001"
 SECRET = "s3cr3t/never+shown-anywhere-0001"
 TOKEN = "session-token-never-shown-0001"
-
-
-@pytest.fixture(scope="module")
-def s3_url() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def bucket(s3_url: str, request: pytest.FixtureRequest) -> Any:
-    s3 = boto3.resource(
-        "s3",
-        endpoint_url=s3_url,
-        region_name="us-east-1",
-        aws_access_key_id="setup",
-        aws_secret_access_key="setup",
-    )
-    name = "rd-" + request.node.name.replace("_", "-")[:40].lower().strip("-")
-    made = s3.create_bucket(Bucket=name)
-    yield made
-    made.objects.all().delete()
-    made.delete()
 
 
 @contextmanager
