@@ -32,10 +32,29 @@
     $("#confirm-ok").classList.toggle("danger", elt.dataset.confirmButton === "Delete");
     dialog.returnValue = "";
     dialog.addEventListener("close", function () {
-      if (dialog.returnValue === "ok") { event.detail.issueRequest(true); }
+      if (dialog.returnValue !== "ok") { return; }
+      if (document.body.contains(elt)) { event.detail.issueRequest(true); } else { resend(elt); }
     }, { once: true });
     dialog.showModal();
   });
+
+  // A row that refreshes itself (a document being ingested) may be replaced while the dialog
+  // is open, and htmx drops a request whose element has left the page: the confirmed action
+  // then goes out as the same request from the row that replaced it.
+  function resend(elt) {
+    var verbs = ["delete", "post", "put", "patch"];
+    for (var n = 0; n < verbs.length; n++) {
+      var url = elt.getAttribute("hx-" + verbs[n]);
+      if (!url) { continue; }
+      var target = elt.getAttribute("hx-target");
+      htmx.ajax(verbs[n].toUpperCase(), url, {
+        source: (target && document.querySelector(target)) || document.body,
+        target: target || undefined,
+        swap: elt.getAttribute("hx-swap") || undefined
+      });
+      return;
+    }
+  }
 
   // An answer's Copy button: its text with the citation markers as shown, then "Copied".
   document.addEventListener("click", function (event) {

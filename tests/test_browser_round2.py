@@ -193,6 +193,27 @@ def test_document_actions_are_visible_and_work(
         assert errors == []
 
 
+def test_a_confirmed_delete_survives_the_row_refreshing_behind_the_dialog(
+    page: Any, server: SignedInServer
+) -> None:
+    """A row being ingested replaces itself every second; a Delete confirmed after that still
+    goes out (htmx drops a request whose element has left the page)."""
+    document_id = server.upload("refreshing.md", b"# Refreshing\n\nA row that refreshes.")
+    page.goto(f"/collections/{server.app.state.services.collection_id}")
+    page.locator(f"#document-{document_id} .col-actions button.danger").click()
+    page.locator("#confirm-dialog[open]").wait_for()
+    before = page.locator(f"#document-{document_id}").element_handle()
+    page.evaluate(  # what the row's own polling does: swap in a fresh copy of itself
+        "id => htmx.ajax('GET', `/ui/documents/${id}/table-row`,"
+        " {target: `#document-${id}`, swap: 'outerHTML'})",
+        document_id,
+    )
+    page.wait_for_function("old => !document.body.contains(old)", arg=before)
+    page.click("#confirm-ok")
+    page.locator(f"#document-{document_id}").wait_for(state="detached")
+    assert server.get(f"/api/documents/{document_id}").status_code == 404
+
+
 # --- 4. citation numbers --------------------------------------------------------------------
 
 
