@@ -28,6 +28,7 @@ ranks every question's passages as FTS5 does.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection
 from typing import TYPE_CHECKING, cast
 
@@ -42,38 +43,48 @@ K1 = 1.2
 B = 0.75
 IDF_FLOOR = 1e-6  # FTS5's idf for a term in half the passages or more
 
+# The query's words are folded and stemmed by the same SQL functions as the passages'
+# (``_TERMS``; a front remembers each word's term), and sent as terms: with constants to
+# look up, the planner reads each term's postings through the primary key rather than
+# every passage's terms. N and the total length come from ``chunk_terms_stats``, one row
+# its trigger keeps level (m003), not a scan of ``chunk_lengths``.
+_TERMS = "SELECT word, ragdesk_term(ragdesk_fold(word)) FROM unnest(%(words)s::text[]) AS word"
+
 _SEARCH = """
 WITH query AS (
-    SELECT ragdesk_term(ragdesk_fold(word)) AS term, COUNT(*) AS words
-    FROM unnest(%(terms)s::text[]) AS word
-    GROUP BY 1
+    SELECT term, COUNT(*) AS words FROM unnest(%(terms)s::text[]) AS term GROUP BY term
+),
+postings AS MATERIALIZED (
+    SELECT term, chunk_id, tf FROM chunk_terms WHERE term = ANY(%(terms)s::text[])
 ),
 stats AS (
-    SELECT COUNT(*)::float8 AS n, COALESCE(SUM(length), 0)::float8 AS total
-    FROM chunk_lengths
+    SELECT passages::float8 AS n, total::float8 AS total FROM chunk_terms_stats
 ),
 weights AS (
     SELECT q.term, q.words, ln((s.n - COUNT(*) + 0.5) / (COUNT(*) + 0.5)) AS idf
-    FROM query q JOIN chunk_terms ct ON ct.term = q.term CROSS JOIN stats s
+    FROM query q JOIN postings p ON p.term = q.term CROSS JOIN stats s
     GROUP BY q.term, q.words, s.n
 )
-SELECT ct.chunk_id,
+SELECT p.chunk_id,
        SUM(
            w.words * CASE WHEN w.idf <= 0 THEN %(floor)s ELSE w.idf END
-           * ct.tf * (%(k1)s + 1)
-           / (ct.tf + %(k1)s * (1 - %(b)s + %(b)s * l.length / (s.total / s.n)))
+           * p.tf * (%(k1)s + 1)
+           / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * l.length / (s.total / s.n)))
        ) AS score
 FROM weights w
-JOIN chunk_terms ct ON ct.term = w.term
-JOIN chunk_lengths l ON l.chunk_id = ct.chunk_id
-JOIN chunks c ON c.id = ct.chunk_id
+JOIN postings p ON p.term = w.term
+JOIN chunk_lengths l ON l.chunk_id = p.chunk_id
+JOIN chunks c ON c.id = p.chunk_id
 JOIN documents d ON d.id = c.document_id
 CROSS JOIN stats s
 WHERE d.status = %(status)s {collections}
-GROUP BY ct.chunk_id
-ORDER BY score DESC, ct.chunk_id
+GROUP BY p.chunk_id
+ORDER BY score DESC, p.chunk_id
 LIMIT %(k)s
 """
+
+# Words whose terms a front remembers: a stem never changes while the schema stands.
+TERM_CACHE = 20_000
 
 
 def query_words(text: str) -> list[str]:
@@ -90,6 +101,25 @@ class PgLexicalIndex:
         if db.dialect != "postgresql":
             raise ValueError("PgLexicalIndex needs the PostgreSQL store")
         self.db = cast("PostgresDatabase", db)
+        self._terms: dict[str, str | None] = {}
+        self._terms_lock = threading.Lock()
+
+    def terms(self, words: list[str]) -> list[str]:
+        """Each of ``words`` folded and stemmed as the passages' terms are, in order: by
+        the database's own functions, once per word a front meets."""
+        with self._terms_lock:
+            known = {word: self._terms[word] for word in words if word in self._terms}
+        missing = sorted(set(words) - known.keys())
+        if missing:
+            with self.db.connection() as conn:
+                rows = conn.execute(_TERMS, {"words": missing}).fetchall()
+            fresh = {str(word): None if term is None else str(term) for word, term in rows}
+            known.update(fresh)
+            with self._terms_lock:
+                if len(self._terms) + len(fresh) > TERM_CACHE:
+                    self._terms.clear()
+                self._terms.update(fresh)
+        return [term for term in (known.get(word) for word in words) if term]
 
     def search(
         self, query: str, k: int, *, collection_ids: Collection[int] | None = None
@@ -102,7 +132,7 @@ class PgLexicalIndex:
         if k <= 0 or not words or (collection_ids is not None and not collection_ids):
             return []
         params: dict[str, object] = {
-            "terms": words,
+            "terms": self.terms(words),
             "floor": IDF_FLOOR,
             "k1": K1,
             "b": B,

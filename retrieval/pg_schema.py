@@ -362,3 +362,39 @@ def m002_lexical_terms(db: Any) -> None:
     and their documents' titles (the lexical search's inverted index)."""
     for statement in LEXICAL_STATEMENTS:
         db.execute(statement)
+
+
+LEXICAL_STATS_STATEMENTS: tuple[str, ...] = (
+    # BM25's corpus statistics (N passages, their total length in terms), kept by a trigger
+    # rather than counted over every passage at each query.
+    """CREATE TABLE chunk_terms_stats (
+        "only" BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK ("only"),
+        passages BIGINT NOT NULL,
+        total BIGINT NOT NULL
+    )""",
+    """INSERT INTO chunk_terms_stats ("only", passages, total)
+        SELECT TRUE, COUNT(*), COALESCE(SUM(length), 0) FROM chunk_lengths""",
+    """CREATE FUNCTION chunk_terms_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            UPDATE chunk_terms_stats SET passages = passages + 1, total = total + NEW.length;
+        ELSIF TG_OP = 'UPDATE' THEN
+            UPDATE chunk_terms_stats SET total = total - OLD.length + NEW.length;
+        ELSE
+            UPDATE chunk_terms_stats SET passages = passages - 1, total = total - OLD.length;
+        END IF;
+        RETURN NULL;
+    END
+    $$""",
+    """CREATE TRIGGER chunk_terms_count AFTER INSERT OR UPDATE OF length OR DELETE
+        ON chunk_lengths FOR EACH ROW EXECUTE FUNCTION chunk_terms_count()""",
+)
+
+
+@PG_MIGRATIONS.add()
+def m003_lexical_stats(db: Any) -> None:
+    """``chunk_terms_stats``: the passage count and total length BM25 divides by, one row
+    that a trigger on ``chunk_lengths`` keeps level (a query reads it instead of summing
+    every passage's length)."""
+    for statement in LEXICAL_STATS_STATEMENTS:
+        db.execute(statement)

@@ -31,7 +31,13 @@ FTS = {f"chunks_fts{part}" for part in ("", "_data", "_idx", "_content", "_docsi
 SQLITE_ONLY = {"_migrations", "sqlite_sequence", *FTS}
 # PostgreSQL only: the lexical index that stands in for FTS5, and the rate limits fronts
 # share (SQLite has one front, which keeps them in memory).
-PG_ONLY = {"chunk_terms", "chunk_lengths", "rate_buckets", "rate_failures"}
+PG_ONLY = {
+    "chunk_terms",
+    "chunk_lengths",
+    "chunk_terms_stats",
+    "rate_buckets",
+    "rate_failures",
+}
 SQLITE_TO_PG_TYPE = {"INTEGER": "int8", "REAL": "float8", "TEXT": "text", "BLOB": "bytea"}
 PG_TYPE_EXCEPTIONS = {("embeddings", "vector"): "vector"}
 ON_DELETE = {"a": "NO ACTION", "r": "RESTRICT", "c": "CASCADE", "n": "SET NULL", "d": "SET DEFAULT"}
@@ -153,9 +159,13 @@ def test_each_owner_has_one_baseline_in_the_sqlite_owners_order() -> None:
     assert [m.owner for m in PG_OWNERS] == [m.owner for m in OWNERS]
     for owner in PG_OWNERS:
         assert [m.name for m in owner][:1] == [f"{owner.owner}.m001_baseline"]
-    # retrieval's second: the lexical index's triggers (retrieval/pg_lexical.py)
-    assert [m.name for m in pg_schema.PG_MIGRATIONS][1:] == ["retrieval.m002_lexical_terms"]
-    assert [s for s in pg_schema.LEXICAL_STATEMENTS if "?" in s or "%" in s] == []
+    # then the lexical index's triggers and its statistics (retrieval/pg_lexical.py)
+    assert [m.name for m in pg_schema.PG_MIGRATIONS][1:] == [
+        "retrieval.m002_lexical_terms",
+        "retrieval.m003_lexical_stats",
+    ]
+    lexical = pg_schema.LEXICAL_STATEMENTS + pg_schema.LEXICAL_STATS_STATEMENTS
+    assert [s for s in lexical if "?" in s or "%" in s] == []
     assert pg_schema.STATEMENTS[0] == "CREATE EXTENSION IF NOT EXISTS vector"
 
 

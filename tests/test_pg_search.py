@@ -403,6 +403,36 @@ def test_editing_a_passage_or_renaming_its_document_updates_the_terms(
     store.delete_document(int(document_id))
     for table in ("chunk_terms", "chunk_lengths"):
         assert db.read().execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 0
+    assert db.read().execute("SELECT passages, total FROM chunk_terms_stats").fetchall() == [(0, 0)]
+
+
+def test_the_corpus_statistics_stay_level_with_the_passages(db: PostgresDatabase) -> None:
+    """BM25's N and total length come from one row a trigger keeps (m003): after adds,
+    edits, renames and deletes it says what counting every passage says."""
+    store = DocumentStore(db)
+    collection = store.ensure_collection("library")
+    texts = ["the parking garage", "bicycles are parked in the shed", "a rota"]
+    first = add_document(store, collection, "Handbook", texts, unit(np.ones((3, DIM))))
+    add_document(store, collection, "Guide", ["one more passage"], unit(np.ones((1, DIM))))
+
+    def level() -> None:
+        counted = (
+            db.read()
+            .execute("SELECT COUNT(*), COALESCE(SUM(length), 0) FROM chunk_lengths")
+            .fetchone()
+        )
+        kept = db.read().execute("SELECT passages, total FROM chunk_terms_stats").fetchone()
+        assert tuple(kept) == tuple(counted)
+
+    level()
+    with db.write() as session:
+        session.execute("UPDATE chunks SET text = ? WHERE id = ?", ["much longer " * 9, first[0]])
+        session.execute("UPDATE documents SET title = ? WHERE title = ?", ["A", "Handbook"])
+    level()
+    document_id = db.read().execute("SELECT document_id FROM chunks WHERE id = ?", [first[0]])
+    store.delete_document(int(document_id.fetchone()[0]))
+    level()
+    assert db.read().execute("SELECT passages FROM chunk_terms_stats").fetchone()[0] == 1
 
 
 # Passages where FTS5's tokenizer (porter unicode61 remove_diacritics 2) has something to
