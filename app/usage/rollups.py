@@ -164,26 +164,38 @@ def merge_into(conn: RawConnection, rows: dict[tuple[str, str, str], Tally]) -> 
 
 
 def _merge(conn: RawConnection, table: str, rows: dict[tuple[str, str, str], Tally]) -> None:
+    """Add ``rows`` to ``table``'s: one read of the rows they meet and one batch of upserts,
+    whatever the number of dimensions (an answer counts in seven or more)."""
+    if not rows:
+        return
     columns = ", ".join(COUNTS)
     marks = ", ".join("?" for _ in COUNTS)
     updates = ", ".join(
         f"{name} = excluded.{name}" for name in (*COUNTS, "ttft_hist", "total_hist")
     )
-    for (dim, day, value), tally in rows.items():
+    keys = list(rows)
+    for start in range(0, len(keys), _READ_BATCH):
+        batch = keys[start : start + _READ_BATCH]
+        matches = " OR ".join("(dim = ? AND day = ? AND value = ?)" for _ in batch)
         found = conn.execute(
-            f"SELECT {columns}, ttft_hist, total_hist FROM {table}"  # noqa: S608
-            " WHERE dim = ? AND day = ? AND value = ?",
-            [dim, day, value],
-        ).fetchone()
-        if found is not None:
-            tally.add(Tally.of_row(found))
-        conn.execute(
-            f"INSERT INTO {table} (dim, day, value, {columns}, ttft_hist,"  # noqa: S608
-            f" total_hist) VALUES (?, ?, ?, {marks}, ?, ?) ON CONFLICT (dim, day, value)"
-            f" DO UPDATE SET {updates}",
-            [dim, day, value, *(tally.counts[name] for name in COUNTS),
-             format_hist(tally.ttft), format_hist(tally.total)],
-        )  # fmt: skip
+            f"SELECT dim, day, value, {columns}, ttft_hist, total_hist"  # noqa: S608
+            f" FROM {table} WHERE {matches}",
+            [part for key in batch for part in key],
+        ).fetchall()
+        for row in found:
+            rows[(row["dim"], row["day"], row["value"])].add(Tally.of_row(row))
+    conn.executemany(
+        f"INSERT INTO {table} (dim, day, value, {columns}, ttft_hist,"  # noqa: S608
+        f" total_hist) VALUES (?, ?, ?, {marks}, ?, ?) ON CONFLICT (dim, day, value)"
+        f" DO UPDATE SET {updates}",
+        [[dim, day, value, *(tally.counts[name] for name in COUNTS),
+          format_hist(tally.ttft), format_hist(tally.total)]
+         for (dim, day, value), tally in rows.items()],
+    )  # fmt: skip
+
+
+# Rollup rows read in one statement (three parameters each, well under SQLite's limit).
+_READ_BATCH = 200
 
 
 def rebuild(conn: RawConnection, batch: int = 50_000) -> int:
