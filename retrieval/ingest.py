@@ -48,7 +48,7 @@ from retrieval.parsers.isolated import ParserUnavailable
 from retrieval.parsers.page_boxes import passage_boxes
 from retrieval.pg_vectors import PgVectorIndex
 from retrieval.records import DocumentRecord
-from retrieval.store import DocumentGone, DocumentStore, stored_title
+from retrieval.store import DocumentGone, DocumentStore, LeaseLost, stored_title
 from retrieval.types import Box, ChunkSpan, DocumentKind, DocumentStatus, ParsedDocument
 from retrieval.vector_sync import restructure_if_needed
 
@@ -636,6 +636,8 @@ class IngestWorker:
             self._index(item, vectors)
         except DocumentGone:
             log.info("document %s was deleted during ingestion", item.document_id)
+        except LeaseLost:
+            self._drop_taken_over(item.document_id)
         except Exception as exc:  # one document's failure must not touch the others
             if is_disk_full(exc):
                 self._retry_later(item.document_id)
@@ -755,13 +757,18 @@ class IngestWorker:
         """Store one parsed document's passages; None when it was deleted meanwhile."""
         document_id, parsed, chunks = item.document_id, item.document, item.chunks
         try:
-            stored = self.store.replace_content(document_id, parsed, chunks)
+            stored = self.store.replace_content(
+                document_id, parsed, chunks, holder=self.leases.replica
+            )
             # What the parse left out stays on the document, indexed or not (its ``error``).
             note = " ".join(parsed.warnings) or None
             self.store.set_status(document_id, DocumentStatus.EMBEDDING, note)
             self._report(document_id, "parsed", f"{len(chunks)} chunks")
         except DocumentGone:
             log.info("document %s was deleted during ingestion", document_id)
+            return None
+        except LeaseLost:
+            self._drop_taken_over(document_id)
             return None
         title = stored_title(parsed.title)
         texts = [embedding_text(title, chunk) for chunk in chunks]
@@ -778,7 +785,11 @@ class IngestWorker:
     def _index(self, item: _Prepared, vectors: Vectors) -> None:
         """SQLite first (the source of truth), then FAISS."""
         self.store.save_embeddings(
-            item.document_id, item.chunk_ids, self.embedder.model_id, vectors
+            item.document_id,
+            item.chunk_ids,
+            self.embedder.model_id,
+            vectors,
+            holder=self.leases.replica,
         )
         ids = np.asarray(item.chunk_ids, dtype=np.int64)
         if item.kept:  # a passage kept its id: its old vector must not stay beside the new

@@ -16,7 +16,7 @@ from retrieval.display import shown
 from retrieval.embedder import Vectors
 from retrieval.index import IdArray
 from retrieval.records import CollectionRecord, DocumentRecord
-from retrieval.sql import insert_row
+from retrieval.sql import Session, insert_row
 from retrieval.types import (
     Box,
     ChunkSpan,
@@ -47,6 +47,21 @@ def stored_title(title: str) -> str:
 
 class DocumentGone(Exception):
     """The document was deleted while work on it was in flight."""
+
+
+class LeaseLost(Exception):
+    """Another process took the document over (this one's lease ran out): its work here
+    must not be written."""
+
+
+def _still_held(db: Session, document_id: int, holder: str | None) -> None:
+    """Raise unless the document exists and, with a ``holder``, its lease is that one's
+    (read inside the write transaction that follows, so no takeover slips in between)."""
+    row = db.execute("SELECT claimed_by FROM documents WHERE id = ?", [document_id]).fetchone()
+    if row is None:
+        raise DocumentGone(document_id)
+    if holder is not None and row[0] != holder:
+        raise LeaseLost(document_id)
 
 
 class CollectionGone(LookupError):
@@ -233,7 +248,12 @@ class DocumentStore:
 
     # --- content ----------------------------------------------------------------------------
     def replace_content(
-        self, document_id: int, parsed: ParsedDocument, chunks: Sequence[ChunkSpan]
+        self,
+        document_id: int,
+        parsed: ParsedDocument,
+        chunks: Sequence[ChunkSpan],
+        *,
+        holder: str | None = None,
     ) -> StoredChunks:
         """Store pages and chunks, in the order of ``chunks``.
 
@@ -241,10 +261,10 @@ class DocumentStore:
         document already holds keeps its id (and so every citation of it, and its vector),
         with its place updated; the rest are new, and passages no longer there go. So
         re-ingesting an unchanged file changes no passage id, and an interrupted run's
-        passages are reused rather than duplicated."""
+        passages are reused rather than duplicated. With a ``holder``, only while that
+        ingestion lease holds the document (``LeaseLost`` otherwise)."""
         with self.db.write() as db:
-            if db.execute("SELECT 1 FROM documents WHERE id = ?", [document_id]).fetchone() is None:
-                raise DocumentGone(document_id)
+            _still_held(db, document_id, holder)
             held: _Held = defaultdict(deque)
             for chunk_id, heading, text in db.execute(
                 "SELECT id, heading, text FROM chunks WHERE document_id = ? ORDER BY id",
@@ -302,15 +322,23 @@ class DocumentStore:
         return StoredChunks(ids, frozenset(i for i in kept if i is not None))
 
     def save_embeddings(
-        self, document_id: int, chunk_ids: Sequence[int], model_id: str, vectors: Vectors
+        self,
+        document_id: int,
+        chunk_ids: Sequence[int],
+        model_id: str,
+        vectors: Vectors,
+        *,
+        holder: str | None = None,
     ) -> None:
         """Store a document's vectors and mark it indexed, in one transaction (its note,
-        what the parse left out, stays)."""
+        what the parse left out, stays); with a ``holder``, only while that ingestion
+        lease holds the document (``LeaseLost`` otherwise)."""
         rows = (
             (chunk_id, model_id, self.db.vector_param(vector))
             for chunk_id, vector in zip(chunk_ids, vectors, strict=True)
         )
         with self.db.write() as db:
+            _still_held(db, document_id, holder)
             # On ``db.conn``, so the status and the vectors commit together (sqlite-utils'
             # ``execute`` would commit this first write alone: indexed, without vectors).
             cursor = db.conn.execute(

@@ -28,7 +28,7 @@ from retrieval.leases import HANDOVER_FILE, Leases, replica_id
 from retrieval.library import Library
 from retrieval.store import DocumentStore
 from retrieval.types import DocumentKind, DocumentStatus
-from tests.conftest import add_key, add_user, fake_settings, wait_for
+from tests.conftest import add_key, add_user, fake_settings, logs_captured, wait_for
 from tests.retrieval_kit import Kit, make_kit
 from tests.server import ServerProcess
 
@@ -360,6 +360,44 @@ def test_a_worker_renews_its_leases_while_it_works_and_stops_when_one_is_lost(
         assert status(kit, document_id) is not DocumentStatus.INDEXED  # left to the other
         assert claims(kit)[document_id][0] == "other"
     kit.embedder.embed_batch = embed  # type: ignore[method-assign]
+
+
+def test_work_whose_lease_was_taken_over_since_the_last_renewal_is_not_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The final write checks the lease inside its own transaction: a takeover between two
+    renewals (a host stalled past its deadline) leaves the document to the new holder."""
+    kit = make_kit(tmp_path)
+    (document_id,) = queue_documents(kit, 1)
+    worker = make_worker(kit, "w", lease_s=600.0)  # no renewal comes before the write
+    in_slice, release = threading.Event(), threading.Event()
+    embed = kit.embedder.embed_batch
+
+    def held_embed(texts):  # type: ignore[no-untyped-def]
+        in_slice.set()
+        release.wait(30)
+        return embed(texts)
+
+    worker.cache = None
+    kit.embedder.embed_batch = held_embed  # type: ignore[method-assign]
+    with logs_captured(caplog, "retrieval.ingest"), running(worker):
+        assert in_slice.wait(10)
+        with kit.db.write() as conn:
+            conn.execute(
+                "UPDATE documents SET claimed_by = 'other', claimed_until = ? WHERE id = ?",
+                [time.time() + 600, document_id],
+            )
+        release.set()
+        wait_for(lambda: "another process took it over" in caplog.text, timeout=10)
+    kit.embedder.embed_batch = embed  # type: ignore[method-assign]
+    assert status(kit, document_id) is not DocumentStatus.INDEXED  # left to the other
+    assert claims(kit)[document_id][0] == "other"
+    vectors = kit.db.read().execute(
+        "SELECT COUNT(*) FROM embeddings e JOIN chunks c ON c.id = e.chunk_id"
+        " WHERE c.document_id = ?",
+        [document_id],
+    )
+    assert vectors.fetchone()[0] == 0
 
 
 def test_a_stopped_worker_gives_its_leases_back(tmp_path: Path) -> None:
