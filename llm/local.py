@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from llm.channel import Completion
 from llm.chat_format import ChatTemplate, checked_chat_template
 from llm.engine.engine import Engine, EngineConfig, EngineObserver
+from llm.engine.grammar_compile import DEFAULT_SLOTS, DEFAULT_TIMEOUT_S, GrammarCompiler
 from llm.engine.kv_disk import KvDiskCache
 from llm.engine.speculative import Speculation, SpeculativeConfig, SpeculativeMethod
 from llm.inert import Neutralizer
@@ -53,6 +54,9 @@ class LocalModelConfig:
     speculative_tokens: int = 4
     speculative_max_running: int = 2
     draft_model: Path | None = None  # the GGUF that drafts for this one ("draft-model")
+    # Grammar compiles (llm/engine/grammar_compile.py), when no compiler is handed in.
+    grammar_compile_timeout_s: float = DEFAULT_TIMEOUT_S
+    grammar_compile_slots: int = DEFAULT_SLOTS
 
 
 class LocalModel:
@@ -60,7 +64,15 @@ class LocalModel:
 
     prefetches = True  # prefill-only requests warm its KV cache (``CompletionRequest``)
 
-    def __init__(self, config: LocalModelConfig, observer: EngineObserver | None = None):
+    def __init__(
+        self,
+        config: LocalModelConfig,
+        observer: EngineObserver | None = None,
+        *,
+        grammars: GrammarCompiler | None = None,
+    ):
+        """``grammars``: a compiler shared with the server's other models (its slots bound
+        grammar compiles across all of them); else one of its own, from ``config``."""
         from llm.engine.native import NativeConfig, NativeModel  # loads llama.cpp: on use
 
         self.name = config.name
@@ -99,6 +111,8 @@ class LocalModel:
             observer=observer,
             disk=disk,
             speculation=speculation,
+            grammars=grammars
+            or GrammarCompiler(config.grammar_compile_timeout_s, config.grammar_compile_slots),
         )
         self.context_tokens = self.engine.context_tokens
         self.device = "GPU" if native.offloaded else "CPU"

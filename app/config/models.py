@@ -10,6 +10,7 @@ from app.chat.local_models import added_models
 from app.config.settings import ModelEntry, Settings
 from llm.backend import Backend, FakeBackend
 from llm.engine.engine import EngineObserver
+from llm.engine.grammar_compile import GrammarCompiler
 from llm.fleet import Fleet
 from llm.local import LocalModel
 from llm.models import BUNDLED, bundled_model, installed
@@ -59,13 +60,17 @@ def loaders_for(
     """Loaders by model name, and the name of the default model (``generator_model`` or
     the bundled one, registered under its file stem). The other bundled models whose
     packages are installed come under their own names (assembled on first load), then
-    the added models, then the configured ones (a later one wins a name)."""
+    the added models, then the configured ones (a later one wins a name). Every local
+    model compiles grammars in one ``GrammarCompiler``: its slots bound them all."""
     generation = settings.generation
+    grammars = GrammarCompiler(
+        generation.grammar_compile_timeout_s, generation.grammar_compile_slots
+    )
     default_path = generation.generator_model or bundled_model(
         settings.models_dir, generation.bundled_model
     )
     loaders = {
-        model.name: _bundled_loader(settings, model.name, observer)
+        model.name: _bundled_loader(settings, model.name, observer, grammars)
         for model in BUNDLED.values()
         if model.file_name != default_path.name and installed(model)
     }
@@ -75,23 +80,31 @@ def loaders_for(
     entries[default_path.stem] = ModelEntry(path=default_path)
     entries.update(settings.generation.models)
     loaders.update(
-        {name: _loader(settings, name, entry, observer) for name, entry in entries.items()}
+        {
+            name: _loader(settings, name, entry, observer, grammars)
+            for name, entry in entries.items()
+        }
     )
     return loaders, default_path.stem
 
 
 def _bundled_loader(
-    settings: Settings, name: str, observer: EngineObserver
+    settings: Settings, name: str, observer: EngineObserver, grammars: GrammarCompiler
 ) -> Callable[[], Backend]:
     def local() -> Backend:
         path = bundled_model(settings.models_dir, name)  # assembled and verified once
-        return LocalModel(settings.generation.local_config(name, path, settings.kv_dir), observer)
+        config = settings.generation.local_config(name, path, settings.kv_dir)
+        return LocalModel(config, observer, grammars=grammars)
 
     return local
 
 
 def _loader(
-    settings: Settings, name: str, entry: ModelEntry, observer: EngineObserver
+    settings: Settings,
+    name: str,
+    entry: ModelEntry,
+    observer: EngineObserver,
+    grammars: GrammarCompiler,
 ) -> Callable[[], Backend]:
     if entry.url is not None:
         url = entry.url
@@ -125,6 +138,7 @@ def _loader(
     path: Path = entry.path
 
     def local() -> Backend:
-        return LocalModel(settings.generation.local_config(name, path, settings.kv_dir), observer)
+        config = settings.generation.local_config(name, path, settings.kv_dir)
+        return LocalModel(config, observer, grammars=grammars)
 
     return local

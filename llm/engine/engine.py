@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from llm.channel import Completion
+from llm.engine.grammar_compile import GrammarCompiler
 from llm.engine.guard import SamplingFailed
 from llm.engine.kv_disk import KvDiskCache, SavedState
 from llm.engine.prefix_cache import PrefixCache
@@ -38,7 +39,7 @@ from llm.params import (
 )
 
 if TYPE_CHECKING:  # llama.cpp loads only when a model does
-    from llm.engine.native import NativeModel
+    from llm.engine.native import NativeModel, TokenSampler
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,10 @@ class Engine:
         observer: EngineObserver | None = None,
         disk: KvDiskCache | None = None,
         speculation: Speculation | None = None,
+        grammars: GrammarCompiler | None = None,
     ):
+        """``grammars``: where grammar samplers compile, under a deadline and in a bounded
+        number of threads (one shared by every model of a server; else one of its own)."""
         self.native = native
         self.config = config
         self.name = config.name
@@ -102,6 +106,10 @@ class Engine:
         self._waiting_tokens = 0
         self._wake = threading.Condition()
         self._closing = False
+        self._grammars = grammars or GrammarCompiler()
+        self._compiling = 0  # grammar compiles of this engine still running (under _wake)
+        self._native_done = False  # close() has stopped the thread: the model may be freed
+        self._native_closed = False  # and has been (by close() or by the last compile)
         self._thread = threading.Thread(target=self._run, name=f"ragdesk-engine-{self.name}")
         self._thread.start()
 
@@ -135,15 +143,45 @@ class Engine:
                 raise Overloaded("too many requests are waiting", max(1, math.ceil(busy)))
         saved = self._disk.load(request.cache_key) if self._disk and request.cache_key else None
         try:
-            sampler = self.native.sampler(params, request.grammar)
+            sampler = self._sampler(request)
         except RuntimeError as exc:
             raise InvalidRequest(str(exc)) from exc
         seq = Seq(request, Completion(), prompt, sampler, saved, time.monotonic(), max_tokens)
         with self._wake:
+            if self._closing:  # unloaded while the grammar compiled: nobody would serve it
+                sampler.free()
+                raise Overloaded("the model is being unloaded")
             self._waiting.append(seq)
             self._waiting_tokens += len(prompt)
             self._wake.notify()
         return seq.completion
+
+    def _sampler(self, request: CompletionRequest) -> TokenSampler:
+        """The request's sampler; with a grammar, compiled by ``grammars`` (a deadline and a
+        bounded number of threads: a pathological grammar can take minutes in C). A
+        compile abandoned at its deadline frees its sampler itself when it ends."""
+        params, grammar = request.params, request.grammar
+        if grammar is None:
+            return self.native.sampler(params, None)
+        with self._wake:
+            if self._closing:
+                raise Overloaded("the model is being unloaded")
+            self._compiling += 1  # the model is not freed under a running compile
+        return self._grammars.compile(
+            lambda: self.native.sampler(params, grammar),
+            lambda sampler: sampler.free(),
+            done=self._compiled,
+            key=grammar,
+        )
+
+    def _compiled(self) -> None:
+        """A grammar compile ended: the last one frees the model when close() came first."""
+        with self._wake:
+            self._compiling -= 1
+            free = self._native_done and self._compiling == 0 and not self._native_closed
+            self._native_closed = self._native_closed or free
+        if free:
+            self.native.close()
 
     def stats(self) -> BackendStats:
         with self._wake:
@@ -169,7 +207,12 @@ class Engine:
         self._thread.join()
         if self._speculation is not None:
             self._speculation.close()
-        self.native.close()
+        with self._wake:  # a compile abandoned at its deadline may still run on the model
+            self._native_done = True
+            free = self._compiling == 0 and not self._native_closed
+            self._native_closed = self._native_closed or free
+        if free:
+            self.native.close()
 
     def _reject(self, reason: str) -> None:
         if self._observer:

@@ -135,6 +135,22 @@ class GenerationSettings(Section):
         300.0, gt=0, description="Deadline of one generation request, queueing included."
     )
     max_tokens_cap: int = Field(2048, ge=1, description="Largest max_tokens a request may get.")
+    grammar_compile_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=600,
+        description="Longest a request's grammar (GBNF, JSON schema) may take to compile for "
+        "a local model; longer is refused with 400, and the compile finishes in the "
+        "background holding one of grammar_compile_slots.",
+    )
+    grammar_compile_slots: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Grammar compiles at once, across all local models; while all are busy, "
+        "a new grammar waits up to grammar_compile_timeout_s for one, then 503 with "
+        "Retry-After. Requests without a grammar never wait for them.",
+    )
     batch_invariant: bool = Field(
         False,
         description="Pad decode batches so greedy output never depends on load (slower alone).",
