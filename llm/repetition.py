@@ -34,22 +34,47 @@ class RepetitionGuard:
         for text in said:
             start = 0
             for match in _SENTENCE_END.finditer(text):  # keyed as feed() keys a sentence
-                if key := " ".join(text[start : match.end()].lower().split()):
+                if key := _key(text[start : match.end()]):
                     self._seen[key] = 1
                 start = match.end()
+        self._said = tuple(self._seen)
         self._in_code = False  # inside a fenced code block: lines there may repeat
+        self._ended = False
         self.repeated = False
 
     @property
     def text(self) -> str:
         return self._buffer[: self._kept] if self.repeated else self._buffer
 
+    @property
+    def shown(self) -> str:
+        """What may be streamed to a reader so far: ``text`` less an unfinished sentence
+        that could still turn out to be a ``said`` one, so that one never goes out before
+        it is recognised (a loop of the answer's own sentences is cut, not held back)."""
+        if self.repeated or self._ended:
+            return self.text
+        tail = _key(self._buffer[self._kept :])
+        if tail and not self._in_code and any(said.startswith(tail) for said in self._said):
+            return self._buffer[: self._kept]
+        return self._buffer
+
+    def end(self) -> bool:
+        """The answer is over (or cut by max_tokens): an unfinished last sentence that is
+        the start of a ``said`` one, ``min_chars`` or more, counts as repeating it (the
+        worked example must not get out by leaving off its full stop, nor half of it);
+        nothing is held back any more. True when it did (``text`` then leaves it out)."""
+        self._ended = True
+        tail = _key(self._buffer[self._kept :])
+        if self.repeated or self._in_code or len(tail) < self._min_chars:
+            return False
+        self.repeated = any(said.startswith(tail) for said in self._said)
+        return self.repeated
+
     def feed(self, token: str) -> bool:
         """Add a token; True means the model has started repeating itself."""
         self._buffer += token
         while not self.repeated and (match := _SENTENCE_END.search(self._buffer, self._kept)):
-            sentence = self._buffer[self._kept : match.end()]
-            key = " ".join(sentence.lower().split())
+            key = _key(self._buffer[self._kept : match.end()])
             if key.startswith(("```", "~~~")):
                 self._in_code = not self._in_code
             if not self._in_code and not key.startswith("|") and self._repeats(key):
@@ -68,6 +93,11 @@ class RepetitionGuard:
             return seen >= 1
         # A short line (a heading, "Yes.") may come back once; code fences never count.
         return seen >= 2 and len(_LETTERS.findall(key)) >= 3 and not key.startswith("```")
+
+
+def _key(sentence: str) -> str:
+    """A sentence as compared: lower case, runs of whitespace as one space."""
+    return " ".join(sentence.lower().split())
 
 
 def _ends_in_a_loop(tail: str) -> bool:

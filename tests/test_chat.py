@@ -239,6 +239,12 @@ def test_n_the_prompts_worked_example_never_comes_out_as_a_cited_answer(tmp_path
     alone = asyncio.run(collect(chat, "How many days of leave?"))[-1]
     assert isinstance(alone, DoneEvent) and "office" not in alone.message.content
     assert not alone.message.citations
+    cut = EXAMPLE.answer.rstrip(".").split()  # without its full stop, or cut short
+    for words in (cut, cut[: len(cut) * 2 // 3]):
+        generator.enqueue(["Staff get 28 days [1]. ", *(w + " " for w in words)])
+        done = asyncio.run(collect(chat, "How many days of leave?"))[-1]
+        assert isinstance(done, DoneEvent)
+        assert done.message.content == "Staff get 28 days [1].", words
 
 
 def chat_prompt(chat: ChatService, generator: FakeBackend, question: str) -> str:

@@ -95,6 +95,7 @@ CHAT_TABLES = {
     "conversation_shares",
     "conversation_share_events",
     "shared_answer_sources",
+    "v1_answer_citations",
 }
 SOURCES_TABLES = {"sources", "source_files", "sync_claims", "sync_runs"}
 USAGE_TABLES = {

@@ -165,3 +165,75 @@ def test_each_citation_field_comes_from_its_own_hit_field() -> None:
         "url": "/documents/7/pages/3?chunk=41#passage",
         "boxes": [],  # not a PDF
     }
+
+
+def _example_words() -> list[str]:
+    from llm.prompt import EXAMPLE
+
+    return [word + " " for word in EXAMPLE.answer.split()]
+
+
+def _streamed(response: Any) -> tuple[list[str], dict[str, Any]]:
+    """The content deltas of a streamed answer, and its last chunk (with citations)."""
+    received = chunks(response)
+    deltas = [c["choices"][0]["delta"].get("content") for c in received if c["choices"]]
+    ends = [c for c in received if c["choices"] and c["choices"][0]["finish_reason"]]
+    return [d for d in deltas if d], ends[-1]
+
+
+def test_n_the_prompts_worked_example_never_comes_out_of_grounded_v1(api: TestClient[Any]) -> None:
+    """#30: the web chat withholds the worked example's answer ("The office opens at 8:00
+    on weekdays [1].") when a document asks the model for it; grounded /v1 let it out,
+    cited to the document's own passage [1]. Chat's guard now runs here too."""
+    from llm.prompt import EXAMPLE
+
+    model = fake_model(api)
+    question = "What is the meal allowance abroad?"
+    answer = ["The allowance is 40 euros a day [1]. ", *_example_words(), "More after it."]
+    model.enqueue(answer)
+    reply = ask(api, question)
+    assert EXAMPLE.answer in model.history[-1].prompt  # the prompt shows it
+    assert reply.status_code == 200, reply.text
+    choice = reply.json()["choices"][0]
+    assert choice["message"]["content"] == "The allowance is 40 euros a day [1]."
+    assert choice["finish_reason"] == "stop"  # cut there, as chat cuts it
+    model.enqueue(answer)
+    deltas, last = _streamed(ask(api, question, stream=True))
+    assert "".join(deltas).strip() == "The allowance is 40 euros a day [1]."
+    assert not any("office" in delta.lower() for delta in deltas)  # never streamed, even held
+    assert [c["number"] for c in last["citations"]] == [1]
+    model.enqueue(_example_words())  # the example alone
+    alone = ask(api, question).json()["choices"][0]["message"]
+    assert "office" not in alone["content"].lower() and alone["citations"] == []
+    model.enqueue(_example_words())
+    deltas, last = _streamed(ask(api, question, stream=True))
+    assert "".join(deltas).strip() == "" and last["citations"] == []
+
+
+def test_the_worked_example_without_its_full_stop_or_cut_short_stays_out_of_v1(
+    api: TestClient[Any],
+) -> None:
+    model = fake_model(api)
+    question = "What is the meal allowance abroad?"
+    no_stop = [*_example_words()[:-1], "[1]"]  # the example, its full stop left off
+    for cut in (no_stop, _example_words()[:5]):  # ... or cut by max_tokens mid-way
+        for stream in (False, True):
+            model.enqueue(["40 euros a day [1]. ", *cut])
+            reply = ask(api, question, stream=stream)
+            if stream:
+                text = "".join(_streamed(reply)[0]).strip()
+            else:
+                text = reply.json()["choices"][0]["message"]["content"]
+            assert text == "40 euros a day [1].", (cut, stream)
+
+
+def test_a_sentence_that_only_begins_like_the_worked_example_streams_whole(
+    api: TestClient[Any],
+) -> None:
+    """Held back only while it could still be the example: then streamed, nothing lost."""
+    model = fake_model(api)
+    model.enqueue(["The", " office", " opens", " at", " 9:00", " for", " 40 euros", " [1]."])
+    deltas, last = _streamed(ask(api, "meal allowance abroad?", stream=True))
+    assert "".join(deltas) == "The office opens at 9:00 for 40 euros [1]."
+    assert deltas[-1] == " [1]." and len(deltas) >= 3  # released when it diverged, then live
+    assert [c["number"] for c in last["citations"]] == [1]

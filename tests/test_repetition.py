@@ -74,3 +74,23 @@ def test_code_and_table_rows_may_repeat() -> None:
     )
     table = "| Open | yes | yes | yes | yes | yes | yes | yes | yes | yes | yes |\n"
     assert not feed_words(guard, code + table + table.replace("Open", "Shut") + "Done.")
+
+
+def test_a_said_sentence_is_held_back_while_it_could_still_come_and_cut_when_it_does() -> None:
+    """#30: streamed answers (grounded /v1) show ``shown``, never a word of the example."""
+    said = "The office opens at 8:00 on weekdays [1]."
+    guard = RepetitionGuard(said=[said])
+    guard.feed("Staff get 28 days [1]. The office")
+    assert guard.shown == "Staff get 28 days [1]. "  # could still be the example
+    guard.feed(" opens at 9:00")
+    assert guard.shown == guard.text == "Staff get 28 days [1]. The office opens at 9:00"
+    held = RepetitionGuard(said=[said])
+    assert not held.feed("The office opens at 8:00 on weekdays [1]")
+    assert held.shown == "" and held.end()  # its full stop left off: still the example
+    assert held.text == "" and held.repeated
+    cut = RepetitionGuard(said=[said])
+    assert cut.feed("Yes [1]. The office opens at 8:00 on weekdays [1].")
+    assert cut.text == cut.shown == "Yes [1]. "
+    short = RepetitionGuard(said=[said])
+    short.feed("The office")  # the answer ends there: too short to be the example
+    assert not short.end() and short.shown == "The office"

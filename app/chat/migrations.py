@@ -260,3 +260,23 @@ def m021_conversation_shares(db: sqlite_utils.Database) -> None:
         )
         """
     )
+
+
+@MIGRATIONS.add()
+def m025_v1_answer_citations(db: sqlite_utils.Database) -> None:
+    """What each grounded ``/v1`` answer cited, per user, under a digest of its question
+    and text (``app.chat.cited_answers``): a stateless client sends the answer back with
+    its next question, and a follow-up that refers back then reads the documents it cited
+    first, as in chat. Rows expire and are capped per user; gone with the user."""
+    db.execute(
+        """
+        CREATE TABLE v1_answer_citations (
+            user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            digest TEXT NOT NULL,
+            citations TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (user_id, digest)
+        )
+        """
+    )
+    db.execute("CREATE INDEX v1_answer_citations_created ON v1_answer_citations(created_at)")

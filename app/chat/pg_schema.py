@@ -5,6 +5,9 @@ conventions are ``retrieval.pg_schema``'s.
 Besides tables it holds one row: ``issued_ids``' counter for conversations, which
 ``Conversations.create`` advances with an UPDATE and so must find there (in SQLite,
 ``m019_issued_ids`` inserts it).
+
+Migrations after the baseline are written in the same DDL, one per change that
+``app.chat.migrations`` makes after ``m021_conversation_shares``.
 """
 
 from __future__ import annotations
@@ -137,4 +140,23 @@ STATEMENTS: tuple[str, ...] = (
 def m001_baseline(db: Any) -> None:
     """Every chat table at once, statement by statement (a driver runs one per call)."""
     for statement in STATEMENTS:
+        db.execute(statement)
+
+
+V1_ANSWER_CITATIONS: tuple[str, ...] = (
+    """CREATE TABLE v1_answer_citations (
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        digest TEXT NOT NULL,
+        citations TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (user_id, digest)
+    )""",
+    "CREATE INDEX v1_answer_citations_created ON v1_answer_citations (created_at)",
+)
+
+
+@PG_MIGRATIONS.add()
+def m002_v1_answer_citations(db: Any) -> None:
+    """``m025_v1_answer_citations``: what grounded ``/v1`` answers cited, per user."""
+    for statement in V1_ANSWER_CITATIONS:
         db.execute(statement)

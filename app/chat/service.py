@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -239,10 +239,24 @@ class ChatService:
         """What a question asked after ``turns`` is searched for (``retrieval.followup``),
         and the passages found: for one that refers back ("How high is it?"), those of the
         documents the last answer cited first."""
-        query = conversation_query([asked.content for asked, _ in turns] + [question])
+        cited = {c.document_id for c in turns[-1][1].citations} if turns else set()
+        return self.search_after([asked.content for asked, _ in turns], question, cited, scope)
+
+    def search_after(
+        self,
+        asked: list[str],
+        question: str,
+        last_cited: Collection[int],
+        scope: frozenset[int] | None,
+    ) -> tuple[str, list[Hit]]:
+        """``search_turn`` for any door: ``asked`` are the questions before (oldest first),
+        ``last_cited`` the documents the last answer cited (grounded ``/v1`` remembers
+        them: ``app.chat.cited_answers``). Only the order of what the search found (the
+        caller's readable collections only) changes: nothing is added."""
+        query = conversation_query([*asked, question])
         hits = self.retrieve(query, scope)
-        if turns and refers_back(question):
-            hits = prefer_cited(hits, {c.document_id for c in turns[-1][1].citations})
+        if asked and last_cited and refers_back(question):
+            hits = prefer_cited(hits, last_cited)
         return query, hits
 
     @property
@@ -360,6 +374,7 @@ class ChatService:
                 else:
                     usage = progress.usage = event.usage
             completed = True
+            guard.end()  # the worked example cut short, or without its full stop, is out too
             if prefetched:
                 self.prefetcher.count("used", usage.cached_tokens if usage else 0)
         finally:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from llm.params import (
     Usage,
 )
 from llm.registry import Registry
+from llm.repetition import RepetitionGuard
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "deadline": "length", "cancelled": "stop"}
 
@@ -44,7 +46,7 @@ class Started:
     completion: Completion
     strip_leading_space: bool
 
-    async def events(self) -> AsyncIterator[CompletionEvent]:
+    async def events(self) -> AsyncGenerator[CompletionEvent, None]:
         """The completion's events, less the whitespace a transcript format puts after
         ``Assistant:``. Leaving early cancels generation (the client disconnected)."""
         strip = self.strip_leading_space
@@ -59,6 +61,28 @@ class Started:
         finally:
             if self.completion.finished is None:
                 self.completion.cancel()
+
+    async def guarded(self, guard: RepetitionGuard) -> AsyncIterator[CompletionEvent]:
+        """``events`` through ``guard`` (a grounded answer's, as chat's): text comes out
+        only as ``guard.shown`` allows, so a sentence it must not say (the prompt's worked
+        example) is never streamed; generation is cancelled when the answer repeats
+        itself, and the final event still comes (reason ``cancelled`` then)."""
+        sent = 0
+        async with aclosing(self.events()) as events:  # closed with this: cancels
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    if guard.repeated:
+                        continue  # cut: what is left comes in before the final event
+                    if guard.feed(event.text):
+                        self.completion.cancel()
+                else:
+                    guard.end()
+                shown = guard.shown
+                if len(shown) > sent:
+                    yield TextDelta(shown[sent:])
+                    sent = len(shown)
+                if isinstance(event, Finished):
+                    yield event
 
 
 PromptFor = Callable[[Backend], ChatPrompt]
@@ -150,15 +174,19 @@ def failed(event: Finished) -> OpenAIError:
     return OpenAIError(f"generation failed: {event.error or 'unknown error'}", status=event.status)
 
 
-async def collect(started: Started, request: Request[Any, Any, Any]) -> tuple[str, Finished]:
-    """The whole answer; generation stops if the client hangs up meanwhile."""
+async def collect(
+    started: Started, request: Request[Any, Any, Any], guard: RepetitionGuard | None = None
+) -> tuple[str, Finished]:
+    """The whole answer (with ``guard``: its ``text``, so neither the worked example nor
+    a loop's start); generation stops if the client hangs up meanwhile."""
     parts: list[str] = []
+    events = started.events() if guard is None else started.guarded(guard)
     async with cancel_on_disconnect(request, started.completion):
-        async for event in started.events():
+        async for event in events:
             if isinstance(event, TextDelta):
                 parts.append(event.text)
             elif event.reason == "error":
                 raise failed(event)
             else:
-                return "".join(parts), event
+                return ("".join(parts) if guard is None else guard.text), event
     raise AssertionError("a completion always ends with Finished")

@@ -5,10 +5,11 @@ array (on the message, or in the last chunk of a stream), next to ``unsupported`
 sentences no cited passage supports) and ``grounded`` (whether any source is cited).
 
 Stateless: the last user message is the question, earlier user/assistant messages become
-history turns without sources; nothing is stored but the audit of the passages shown.
-Retrieval reads the conversation as chat does: a follow-up is searched for with the
-subject of the questions before it (``retrieval.followup``), and ``query`` says what was
-searched for.
+history turns without sources; nothing is stored but the audit of the passages shown and
+what each answer cited (``app.openai.followups``). Retrieval reads the conversation as
+chat does: a follow-up is searched for with the subject of the questions before it
+(``retrieval.followup``), and ``query`` says what was searched for; one that refers back
+to an answer sent back as it was given reads the documents that answer cited first.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.finished import FinishedAnswer, FinishedListener, tell_later
 from app.chat.stopping import stopped_text
 from app.openai.errors import OpenAIError, error_body
+from app.openai.followups import FollowUpMemory
 from app.openai.generation import FINISH_REASONS, Started, collect, failed, start, usage_out
 from app.openai.schemas import (
     ChatChoice,
@@ -51,8 +53,8 @@ from app.usage.events import set_channel
 from llm.backend import Backend
 from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
 from llm.params import TextDelta, Usage
-from llm.prompt import PromptTooLong, Turn
-from retrieval.followup import conversation_query
+from llm.prompt import PromptTooLong, Turn, demonstrated
+from llm.repetition import RepetitionGuard
 from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,12 @@ class _Grounded:
         prompt = self.grounding.prompt
         return ChatPrompt(prompt.text, prompt.stop, strip_leading_space=True)
 
+    def guard(self) -> RepetitionGuard:
+        """Chat's guard on the answer as it comes: the prompt's worked example is never
+        said (a document can ask for it, and it would come out cited), a loop is cut."""
+        assert self.grounding is not None
+        return RepetitionGuard(said=demonstrated(self.grounding.prompt.text))
+
     def cite(self, text: str, *, repoint: bool = True) -> _Cited:
         """The answer with bare sentences attributed (and miscited ones re-pointed, unless
         not ``repoint``), the sources it cites, and the sentences no cited passage
@@ -205,8 +213,10 @@ async def grounded_completion(
     question, history = _question_and_history(messages)
     set_channel("v1")
     recorded = _Usage(chat.finished_listener(), question)  # as chat's: the same recorder
-    query = conversation_query([turn.question for turn in history] + [question])
-    hits = await asyncio.to_thread(chat.retrieve, query, ids)
+    memory = FollowUpMemory.of(services)
+    cited_before = await asyncio.to_thread(memory.cited_before, question, history)
+    asked = [turn.question for turn in history]
+    query, hits = await asyncio.to_thread(chat.search_after, asked, question, cited_before, ids)
     if not hits:  # as chat does: no source, no model
         await recorded.finished(NOTHING_FOUND, "", None)
         return _nothing_found(data, query)
@@ -238,10 +248,12 @@ async def grounded_completion(
     await asyncio.to_thread(request_audit(services.auth), started.id, grounding.grounding.listed())
     if data.stream:
         usage = data.stream_options is not None and data.stream_options.include_usage
-        return ServerSentEvent(_chunks(started, grounding, recorded, include_usage=usage))
-    text, done = await recorded.failing(collect(started, request))
+        chunks = _chunks(started, grounding, recorded, memory, include_usage=usage)
+        return ServerSentEvent(chunks)
+    text, done = await recorded.failing(collect(started, request, grounding.guard()))
     cited = grounding.cite(text)
     await recorded.finished(cited.answer, done.model, done.usage, cited=cited.grounded)
+    await asyncio.to_thread(memory.remember, question, cited.answer, cited.citations)
     message = GroundedMessageOut(
         cited.answer,
         citations=cited.citations,
@@ -283,14 +295,19 @@ async def _nothing_found_chunks(
 
 
 async def _chunks(
-    started: Started, grounding: _Grounded, recorded: _Usage, *, include_usage: bool
+    started: Started,
+    grounding: _Grounded,
+    recorded: _Usage,
+    memory: FollowUpMemory,
+    *,
+    include_usage: bool,
 ) -> AsyncIterator[ServerSentEventMessage]:
     created = int(time.time())
     first = [ChunkChoice(0, Delta(role="assistant", content=""))]
     yield _sse(ChatChunk(started.id, created, started.model, first))
     parts: list[str] = []
     try:
-        async for event in started.events():
+        async for event in started.guarded(grounding.guard()):
             if isinstance(event, TextDelta):
                 recorded.first_text()
                 parts.append(event.text)
@@ -310,6 +327,9 @@ async def _chunks(
                 await recorded.finished(
                     cited.answer, event.model, event.usage, cited=cited.grounded
                 )
+                # Under the text the client put together, before it can send it back.
+                question = grounding.question
+                await asyncio.to_thread(memory.remember, question, streamed, cited.citations)
                 last = [ChunkChoice(0, Delta(), FINISH_REASONS[event.reason])]
                 yield _sse(
                     GroundedChunk(

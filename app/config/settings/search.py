@@ -77,6 +77,15 @@ class SearchSettings(Section):
         description="Longest source text the chat model reads; a longer one is cut to its "
         "sentences nearest the question (0 = whole passages).",
     )
+    v1_citations_days: float = Field(
+        7.0,
+        ge=0,
+        le=3650,
+        description="How long what a grounded /v1 answer cited is kept (per user, under a "
+        "digest of the question and the answer's text; at most 1000 answers a user), so a "
+        "follow-up that sends the answer back and refers to it reads the documents it "
+        "cited first, as in chat (0 = not kept).",
+    )
 
     def config(self) -> SearchConfig:
         return SearchConfig(**self._shared_with(SearchConfig))
