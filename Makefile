@@ -48,7 +48,7 @@ pytest: setup browser
 
 # The storage-facing tests again with every table on PostgreSQL + pgvector (a real server
 # from the pgserver wheel, started by the suite itself: tests/pg_kit.py). Tests that start
-# PostgreSQL on their own (test_pg_*, test_fronts, test_migrate_store) ran in the pass above.
+# PostgreSQL on their own (test_pg_*, test_fronts*, test_migrate_store) ran in the pass above.
 PG_TESTS = tests/test_admin.py tests/test_admin_groups_ui.py tests/test_answer_versions.py \
 	tests/test_api.py tests/test_api_library.py tests/test_auth.py tests/test_chat.py \
 	tests/test_citations.py tests/test_database_unavailable.py tests/test_embedding_cache.py \
