@@ -46,8 +46,8 @@ IDF_FLOOR = 1e-6  # FTS5's idf for a term in half the passages or more
 # The query's words are folded and stemmed by the same SQL functions as the passages'
 # (``_TERMS``; a front remembers each word's term), and sent as terms: with constants to
 # look up, the planner reads each term's postings through the primary key rather than
-# every passage's terms. N and the total length come from ``chunk_terms_stats``, one row
-# its trigger keeps level (m003), not a scan of ``chunk_lengths``.
+# every passage's terms. N and the total length come from ``chunk_terms_stats``, rows
+# its triggers keep level (m003), not a scan of ``chunk_lengths``.
 _TERMS = "SELECT word, ragdesk_term(ragdesk_fold(word)) FROM unnest(%(words)s::text[]) AS word"
 
 _SEARCH = """
@@ -58,7 +58,7 @@ postings AS MATERIALIZED (
     SELECT term, chunk_id, tf FROM chunk_terms WHERE term = ANY(%(terms)s::text[])
 ),
 stats AS (
-    SELECT passages::float8 AS n, total::float8 AS total FROM chunk_terms_stats
+    SELECT SUM(passages)::float8 AS n, SUM(total)::float8 AS total FROM chunk_terms_stats
 ),
 weights AS (
     SELECT q.term, q.words, ln((s.n - COUNT(*) + 0.5) / (COUNT(*) + 0.5)) AS idf

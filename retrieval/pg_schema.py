@@ -364,37 +364,68 @@ def m002_lexical_terms(db: Any) -> None:
         db.execute(statement)
 
 
+# ``chunk_terms_stats`` is 256 rows, not one: updating one row many times in one
+# transaction costs PostgreSQL time in proportion to the times before (each update walks
+# the row's earlier versions), so each statement adds its counts to the row of its first
+# passage's shard, and a query sums the rows. The triggers are per statement, so a
+# collection's passages deleted by one cascade are one update, not one per passage.
 LEXICAL_STATS_STATEMENTS: tuple[str, ...] = (
-    # BM25's corpus statistics (N passages, their total length in terms), kept by a trigger
-    # rather than counted over every passage at each query.
     """CREATE TABLE chunk_terms_stats (
-        "only" BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK ("only"),
+        shard INTEGER PRIMARY KEY,
         passages BIGINT NOT NULL,
         total BIGINT NOT NULL
     )""",
-    """INSERT INTO chunk_terms_stats ("only", passages, total)
-        SELECT TRUE, COUNT(*), COALESCE(SUM(length), 0) FROM chunk_lengths""",
-    """CREATE FUNCTION chunk_terms_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    """INSERT INTO chunk_terms_stats (shard, passages, total)
+        SELECT g, 0, 0 FROM generate_series(0, 255) AS g""",
+    """UPDATE chunk_terms_stats SET
+        passages = (SELECT COUNT(*) FROM chunk_lengths),
+        total = (SELECT COALESCE(SUM(length), 0) FROM chunk_lengths)
+        WHERE shard = 0""",
+    """CREATE FUNCTION chunk_terms_count_insert() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        IF TG_OP = 'INSERT' THEN
-            UPDATE chunk_terms_stats SET passages = passages + 1, total = total + NEW.length;
-        ELSIF TG_OP = 'UPDATE' THEN
-            UPDATE chunk_terms_stats SET total = total - OLD.length + NEW.length;
-        ELSE
-            UPDATE chunk_terms_stats SET passages = passages - 1, total = total - OLD.length;
-        END IF;
+        UPDATE chunk_terms_stats s SET passages = s.passages + d.n, total = s.total + d.total
+        FROM (SELECT mod(MIN(chunk_id), 256) AS shard, COUNT(*) AS n,
+                     COALESCE(SUM(length), 0) AS total FROM new_rows) d
+        WHERE s.shard = d.shard;
         RETURN NULL;
     END
     $$""",
-    """CREATE TRIGGER chunk_terms_count AFTER INSERT OR UPDATE OF length OR DELETE
-        ON chunk_lengths FOR EACH ROW EXECUTE FUNCTION chunk_terms_count()""",
+    """CREATE TRIGGER chunk_terms_count_insert AFTER INSERT ON chunk_lengths
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION chunk_terms_count_insert()""",
+    """CREATE FUNCTION chunk_terms_count_update() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE chunk_terms_stats s SET total = s.total + d.total
+        FROM (SELECT mod(MIN(n.chunk_id), 256) AS shard,
+                     COALESCE(SUM(n.length) - SUM(o.length), 0) AS total
+              FROM new_rows n JOIN old_rows o ON o.chunk_id = n.chunk_id) d
+        WHERE s.shard = d.shard AND d.total <> 0;
+        RETURN NULL;
+    END
+    $$""",
+    """CREATE TRIGGER chunk_terms_count_update AFTER UPDATE ON chunk_lengths
+        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION chunk_terms_count_update()""",
+    """CREATE FUNCTION chunk_terms_count_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE chunk_terms_stats s SET passages = s.passages - d.n, total = s.total - d.total
+        FROM (SELECT mod(MIN(chunk_id), 256) AS shard, COUNT(*) AS n,
+                     COALESCE(SUM(length), 0) AS total FROM old_rows) d
+        WHERE s.shard = d.shard;
+        RETURN NULL;
+    END
+    $$""",
+    """CREATE TRIGGER chunk_terms_count_delete AFTER DELETE ON chunk_lengths
+        REFERENCING OLD TABLE AS old_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION chunk_terms_count_delete()""",
 )
 
 
 @PG_MIGRATIONS.add()
 def m003_lexical_stats(db: Any) -> None:
-    """``chunk_terms_stats``: the passage count and total length BM25 divides by, one row
-    that a trigger on ``chunk_lengths`` keeps level (a query reads it instead of summing
-    every passage's length)."""
+    """``chunk_terms_stats``: the passage count and total length BM25 divides by, in
+    256 rows that statement-level triggers on ``chunk_lengths`` keep level (a
+    query sums them instead of every passage's length; a cascade of a collection's
+    passages is one update, not one per passage)."""
     for statement in LEXICAL_STATS_STATEMENTS:
         db.execute(statement)
