@@ -90,7 +90,7 @@ def check_request(
         [{"role": "system", "content": CHECKER}, {"role": "user", "content": user}]
     )
     params = SamplingParams(max_tokens=2, temperature=0.0, stop=prompt_format.stop)
-    return CompletionRequest(text, params, grammar=GRAMMAR, deadline=deadline)
+    return CompletionRequest(text, params, grammar=GRAMMAR, deadline=deadline, own_grammar=True)
 
 
 def says_no(reply: str) -> bool:

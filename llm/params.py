@@ -59,6 +59,10 @@ class CompletionRequest:
     starts the same way (prefetch on a draft question) and generates nothing. It has the
     lowest priority: refused while anything else runs or waits, and cancelled between two
     of its chunks as soon as a real request comes; what it computed by then stays cached.
+
+    ``own_grammar``: the grammar is the server's own (the answer check's), known to compile
+    at once: it never waits for a compile slot that clients' grammars may hold
+    (``llm.engine.grammar_compile``). Never set for a client's grammar.
     """
 
     prompt: str
@@ -67,6 +71,7 @@ class CompletionRequest:
     cache_key: str | None = None
     deadline: float | None = None
     prefill_only: bool = False
+    own_grammar: bool = False
 
     def expired(self, now: float | None = None) -> bool:
         return self.deadline is not None and (now or time.monotonic()) >= self.deadline

@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
+from llm.answer_check import check_request
 from llm.engine.engine import Engine, EngineConfig
 from llm.engine.grammar_compile import GrammarCompiler
 from llm.params import CompletionRequest, InvalidRequest, Overloaded, SamplingParams
 from tests.conftest import fake_model, wait_for
+from tests.test_answer_check import HOURS, chatml
 
 SHORT = 0.05  # a deadline the blocked fake compiles below can never meet, however fast
 LONG = 30.0  # a deadline nothing below waits out
@@ -51,7 +53,7 @@ def test_n1_a_compile_past_its_deadline_is_a_400_and_what_it_makes_is_freed_late
     with pytest.raises(InvalidRequest, match="did not compile within") as refused:
         compiler.compile(slow.build, slow.discard)
     assert refused.value.status == 400
-    assert slow.started.is_set() and not slow.made  # refused while it still ran
+    assert slow.started.wait(LONG) and not slow.made  # refused while it still ran
     assert compiler.running == 1  # the runaway holds its slot
     slow.release.set()
     wait_for(lambda: compiler.running == 0)
@@ -71,45 +73,9 @@ def test_n1_while_every_slot_is_held_a_new_grammar_gets_503_and_never_compiles()
     assert not second.started.is_set()  # refused before any work
     runaway.release.set()
     wait_for(lambda: compiler.running == 0)
+    compiler.timeout_s = LONG  # what follows must succeed, however loaded the machine
     assert compiler.compile(second.build, second.discard) is second.made[0]
     assert second.freed == []  # taken by its caller, not freed
-
-
-def test_a_grammar_known_to_compile_fast_skips_slots_that_runaways_hold() -> None:
-    """The answer check's grammar (or any that compiled quickly before) is never held up
-    by runaway grammars in every slot; a grammar never seen still waits for a slot."""
-    compiler = GrammarCompiler(timeout_s=SHORT, slots=1, fast_s=LONG)  # every finish is fast
-    quick = SlowCompile()
-    quick.release.set()
-    assert compiler.compile(quick.build, quick.discard, key="root ::= yes") is quick.made[0]
-    runaway = SlowCompile()
-    with pytest.raises(InvalidRequest):
-        compiler.compile(runaway.build, runaway.discard)
-    done: list[bool] = []
-    again = compiler.compile(
-        quick.build, quick.discard, done=lambda: done.append(True), key="root ::= yes"
-    )
-    assert again is quick.made[1] and done == [True]  # no slot was free, none was needed
-    with pytest.raises(Overloaded):  # a grammar never seen compiles in a slot
-        compiler.compile(quick.build, quick.discard, key="root ::= new")
-    runaway.release.set()
-    wait_for(lambda: compiler.running == 0)
-
-
-def test_a_grammar_that_compiled_slowly_is_not_known_fast() -> None:
-    compiler = GrammarCompiler(timeout_s=SHORT, slots=1, fast_s=0.0)  # a blocked one is slow
-    slow = SlowCompile()
-    with pytest.raises(InvalidRequest):
-        compiler.compile(slow.build, slow.discard, key="root ::= slow")
-    slow.release.set()  # it ends, past its deadline
-    wait_for(lambda: compiler.running == 0)
-    blocker = SlowCompile()
-    with pytest.raises(InvalidRequest):
-        compiler.compile(blocker.build, blocker.discard)
-    with pytest.raises(Overloaded):  # still waits for a slot, like any grammar
-        compiler.compile(slow.build, slow.discard, key="root ::= slow")
-    blocker.release.set()
-    wait_for(lambda: compiler.running == 0)
 
 
 def test_n1_compiles_never_run_more_at_once_than_the_slots() -> None:
@@ -217,6 +183,27 @@ def test_n1_the_engine_refuses_a_slow_grammar_and_frees_the_model_only_after_it(
     assert grammars.running == 0
 
 
+def test_the_answer_checks_own_grammar_never_waits_for_a_slot_runaways_hold() -> None:
+    """Runaway client grammars in every slot cannot switch the second look off: the
+    server's own grammar compiles at once, in the caller's thread."""
+    native = StubNative()
+    grammars = GrammarCompiler(timeout_s=SHORT, slots=1)
+    engine = Engine(native, EngineConfig(name="stub"), grammars=grammars)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest):
+        engine.submit(_grammar_request())  # the runaway holds the one slot
+    with pytest.raises(Overloaded):
+        engine.submit(_grammar_request())
+    runaway, native.slow = native.slow, SlowCompile()
+    native.slow.release.set()  # the check's own grammar compiles at once
+    check = check_request(chatml(), "When does the office open?", [HOURS])
+    assert check is not None and check.own_grammar
+    engine.submit(check)  # no Overloaded: it never asked for the slot
+    assert len(native.samplers) == 1 and grammars.running == 1  # the runaway still runs
+    engine.close()
+    runaway.release.set()
+    wait_for(lambda: grammars.running == 0)
+
+
 def test_a_grammar_compiled_while_the_model_unloads_is_refused_not_queued() -> None:
     native = StubNative()
     engine = Engine(native, EngineConfig(name="stub"), grammars=GrammarCompiler(LONG, 1))  # type: ignore[arg-type]
@@ -279,5 +266,6 @@ def test_n1_over_http_slow_grammars_get_400_then_503_and_other_requests_go_on(
     assert not slow.made  # all of that while the runaway compile still ran
     slow.release.set()
     wait_for(lambda: compiler.running == 0)
+    compiler.timeout_s = LONG  # what follows must succeed, however loaded the machine
     again = client.post("/api/completions", json=grammar)  # the slot is back
     assert again.status_code == 200, again.text

@@ -161,8 +161,8 @@ class Engine:
         bounded number of threads: a pathological grammar can take minutes in C). A
         compile abandoned at its deadline frees its sampler itself when it ends."""
         params, grammar = request.params, request.grammar
-        if grammar is None:
-            return self.native.sampler(params, None)
+        if grammar is None or request.own_grammar:  # none, or the server's own: at once
+            return self.native.sampler(params, grammar)
         with self._wake:
             if self._closing:
                 raise Overloaded("the model is being unloaded")
@@ -171,7 +171,6 @@ class Engine:
             lambda: self.native.sampler(params, grammar),
             lambda sampler: sampler.free(),
             done=self._compiled,
-            key=grammar,
         )
 
     def _compiled(self) -> None:

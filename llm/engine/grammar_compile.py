@@ -15,10 +15,10 @@ its own and the caller waits for it at most ``timeout_s``:
   is then refused as a capacity problem (``Overloaded``, 503 with ``Retry-After``: its
   grammar may be fine).
 
-Requests without a grammar never come here, so they are never held up by one. A grammar
-that compiled quickly once (the answer check's yes/no grammar, a tool schema used again)
-compiles at once in the caller's thread after that, in no slot: runaway grammars in every
-slot cannot hold up the server's own checks.
+Requests without a grammar never come here, so they are never held up by one; nor do
+the server's own grammars (the answer check's two words, ``CompletionRequest.own_grammar``):
+they compile at once in the caller's thread, so runaway grammars in every slot cannot
+hold up the second look.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
@@ -37,29 +36,19 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_SLOTS = 2
-# A compile this quick is "known fast": its grammar skips the slots from then on.
-FAST_S = 0.05
-KNOWN_FAST = 256  # grammars remembered as fast (the oldest forgotten first)
 
 
 class GrammarCompiler:
     """Runs ``build`` (a grammar compile) under the deadline, at most ``slots`` at once."""
 
-    def __init__(
-        self,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        slots: int = DEFAULT_SLOTS,
-        fast_s: float = FAST_S,
-    ):
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, slots: int = DEFAULT_SLOTS):
         if timeout_s <= 0 or slots < 1:
             raise ValueError("a grammar compiler needs a positive timeout and a slot")
         self.timeout_s = timeout_s
         self.slots = slots
-        self.fast_s = fast_s
         self._free = threading.BoundedSemaphore(slots)
         self._lock = threading.Lock()
         self._running = 0
-        self._fast: dict[str, None] = {}  # insertion-ordered: the oldest goes first
 
     @property
     def running(self) -> int:
@@ -73,21 +62,13 @@ class GrammarCompiler:
         discard: Callable[[T], None],
         *,
         done: Callable[[], None] | None = None,
-        key: str | None = None,
     ) -> T:
         """What ``build`` returns, or its exception; ``Overloaded`` when no slot frees up
         within the deadline (``build`` is not called), ``InvalidRequest`` when ``build``
         does not end within it. ``discard`` frees what an abandoned ``build`` returns.
         ``done`` is called once: in the compiling thread when ``build`` (and any
         ``discard``) is over, whether or not anyone still waits; at once when ``build``
-        never started. ``key`` (the grammar's text) lets a grammar that compiled within
-        ``fast_s`` before compile in this thread, with no slot and no deadline."""
-        if key is not None and self._known_fast(key):
-            try:
-                return build()
-            finally:
-                if done is not None:
-                    done()
+        never started."""
         if not self._free.acquire(timeout=self.timeout_s):
             if done is not None:
                 done()
@@ -96,7 +77,7 @@ class GrammarCompiler:
                 "that are slow to compile; try again shortly",
                 retry_after_s=max(1, math.ceil(self.timeout_s)),
             )
-        job = _Job(self._timed(build, key), discard, done, self._ended)
+        job = _Job(build, discard, done, self._ended)
         with self._lock:
             self._running += 1
         try:
@@ -108,28 +89,6 @@ class GrammarCompiler:
                 done()
             raise
         return job.result(self.timeout_s)
-
-    def _known_fast(self, key: str) -> bool:
-        with self._lock:
-            return key in self._fast
-
-    def _timed(self, build: Callable[[], T], key: str | None) -> Callable[[], T]:
-        """``build``, remembering ``key`` as fast when it returns within ``fast_s``."""
-        if key is None:
-            return build
-
-        def timed() -> T:
-            started = time.monotonic()
-            value = build()
-            if time.monotonic() - started <= self.fast_s:
-                with self._lock:
-                    self._fast.pop(key, None)
-                    self._fast[key] = None
-                    while len(self._fast) > KNOWN_FAST:
-                        del self._fast[next(iter(self._fast))]
-            return value
-
-        return timed
 
     def _ended(self) -> None:
         with self._lock:
