@@ -43,14 +43,26 @@
   // then goes out as the same request from the row that replaced it.
   function resend(elt) {
     var verbs = ["delete", "post", "put", "patch"];
+    var target = elt.getAttribute("hx-target");
+    var found = null;
+    try { found = target ? document.querySelector(target) : null; } catch (e) { found = null; }
+    if (target && !found) {  // "closest tr" and the like: nothing left to aim at
+      var toast = $("#toast");
+      if (toast) {
+        toast.textContent = "The page changed while you confirmed, so nothing was done. Try again.";
+        toast.classList.add("visible");
+        window.setTimeout(function () { toast.classList.remove("visible"); }, 6000);
+      }
+      return;
+    }
     for (var n = 0; n < verbs.length; n++) {
       var url = elt.getAttribute("hx-" + verbs[n]);
       if (!url) { continue; }
-      var target = elt.getAttribute("hx-target");
       htmx.ajax(verbs[n].toUpperCase(), url, {
-        source: (target && document.querySelector(target)) || document.body,
-        target: target || undefined,
-        swap: elt.getAttribute("hx-swap") || undefined
+        source: found || document.body,
+        target: found || undefined,
+        swap: elt.getAttribute("hx-swap") || undefined,
+        values: htmx.values(elt)
       });
       return;
     }
