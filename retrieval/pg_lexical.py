@@ -83,8 +83,10 @@ ORDER BY score DESC, p.chunk_id
 LIMIT %(k)s
 """
 
-# Words whose terms a front remembers: a stem never changes while the schema stands.
+# Words whose terms a front remembers: a stem never changes while the schema stands. Only
+# words of ordinary length are kept (a question may hold a word of any length).
 TERM_CACHE = 20_000
+CACHED_WORD_CHARS = 64
 
 
 def query_words(text: str) -> list[str]:
@@ -110,6 +112,7 @@ class PgLexicalIndex:
         with self._terms_lock:
             known = {word: self._terms[word] for word in words if word in self._terms}
         missing = sorted(set(words) - known.keys())
+        keep = {word for word in missing if len(word) <= CACHED_WORD_CHARS}
         if missing:
             with self.db.connection() as conn:
                 rows = conn.execute(_TERMS, {"words": missing}).fetchall()
@@ -118,7 +121,7 @@ class PgLexicalIndex:
             with self._terms_lock:
                 if len(self._terms) + len(fresh) > TERM_CACHE:
                     self._terms.clear()
-                self._terms.update(fresh)
+                self._terms.update((word, term) for word, term in fresh.items() if word in keep)
         return [term for term in (known.get(word) for word in words) if term]
 
     def search(
