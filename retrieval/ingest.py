@@ -762,7 +762,9 @@ class IngestWorker:
             )
             # What the parse left out stays on the document, indexed or not (its ``error``).
             note = " ".join(parsed.warnings) or None
-            self.store.set_status(document_id, DocumentStatus.EMBEDDING, note)
+            self.store.set_status(
+                document_id, DocumentStatus.EMBEDDING, note, holder=self.leases.replica
+            )
             self._report(document_id, "parsed", f"{len(chunks)} chunks")
         except DocumentGone:
             log.info("document %s was deleted during ingestion", document_id)
@@ -839,9 +841,16 @@ class IngestWorker:
         document = self.store.get_document(document_id)
         if document is None or document.status is DocumentStatus.INDEXED:
             return
-        with contextlib.suppress(DocumentGone):  # deleted meanwhile: nothing to mark
-            self.store.set_status(document_id, DocumentStatus.FAILED, reason)
-            self._report(document_id, "failed", reason)
+        try:
+            self.store.set_status(
+                document_id, DocumentStatus.FAILED, reason, holder=self.leases.replica
+            )
+        except DocumentGone:  # deleted meanwhile: nothing to mark
+            return
+        except LeaseLost:  # another replica works on it now: its outcome, not ours
+            log.warning("document %s: not marked failed, another process holds it", document_id)
+            return
+        self._report(document_id, "failed", reason)
 
     def _report(self, document_id: int, stage: str, detail: str | None = None) -> None:
         if self.progress is not None:

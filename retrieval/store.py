@@ -210,9 +210,18 @@ class DocumentStore:
         return [int(row["id"]) for row in rows]
 
     def set_status(
-        self, document_id: int, status: DocumentStatus, error: str | None = None
+        self,
+        document_id: int,
+        status: DocumentStatus,
+        error: str | None = None,
+        *,
+        holder: str | None = None,
     ) -> None:
+        """With a ``holder``, only while that ingestion lease holds the document
+        (``LeaseLost`` otherwise): a replica whose lease was taken over marks nothing."""
         with self.db.write() as db:
+            if holder is not None:
+                _still_held(db, document_id, holder)
             cursor = db.execute(
                 "UPDATE documents SET status = ?, error = ?, updated_at = ? WHERE id = ?",
                 [status.value, error, time.time(), document_id],
