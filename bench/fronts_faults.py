@@ -81,8 +81,16 @@ STREAM_READ_S = 60.0  # a stream's read timeout: longer than any pause between t
 # --- fronts -----------------------------------------------------------------------------------
 
 
-def front(root: Path, name: str, database_url: str, blobs: Path, delay_s: float) -> ServerProcess:
-    """A front (not started) on the shared database and originals, fake models."""
+# Each embedding call of the kill scenario's fronts takes this long, so the front killed
+# mid-way through the large file is still embedding it however fast the machine is.
+KILL_EMBED_DELAY_S = 0.3
+
+
+def front(
+    root: Path, name: str, database_url: str, blobs: Path, delay_s: float, embed_delay_s: float
+) -> ServerProcess:
+    """A front (not started) on the shared database and originals, fake models: answers
+    at ``delay_s`` a token, each embedding call ``embed_delay_s`` long."""
     return ServerProcess(
         root / name,
         root / f"{name}.log",
@@ -91,6 +99,7 @@ def front(root: Path, name: str, database_url: str, blobs: Path, delay_s: float)
         embedder_backend="fake",
         generator_backend="fake",
         fake_token_delay_s=delay_s,
+        fake_embed_delay_s=embed_delay_s,
         min_score=0.05,  # the fake embedder's scores are low
         ingest_lease_s=LEASE_S,
         ingest_poll_s=POLL_S,
@@ -100,12 +109,15 @@ def front(root: Path, name: str, database_url: str, blobs: Path, delay_s: float)
 
 @contextmanager
 def two_fronts(
-    root: Path, database_url: str, delays_s: tuple[float, float]
+    root: Path, database_url: str, delays_s: tuple[float, float], embed_delay_s: float = 0.0
 ) -> Iterator[list[ServerProcess]]:
     """Fronts A and B started on one database, the reference document indexed."""
     blobs = root / "originals"
     blobs.mkdir(parents=True)
-    fronts = [front(root, n, database_url, blobs, d) for n, d in zip("ab", delays_s, strict=True)]
+    fronts = [
+        front(root, n, database_url, blobs, d, embed_delay_s)
+        for n, d in zip("ab", delays_s, strict=True)
+    ]
     try:
         for started in fronts:
             started.start(ready_timeout=120)
@@ -680,7 +692,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="ragdesk-faults-") as tmp:
             url = pg.fresh_database()
             # A's answers never end on their own (~100 s); B's take ~17 s.
-            with two_fronts(Path(tmp) / "kill", url, (3.0, 0.5)) as fronts:
+            with two_fronts(Path(tmp) / "kill", url, (3.0, 0.5), KILL_EMBED_DELAY_S) as fronts:
                 kill = kill_during_work(fronts, url, args.uploads, args.streams, args.big)
             url = pg.fresh_database()
             with two_fronts(Path(tmp) / "rolling", url, (0.05, 0.05)) as fronts:

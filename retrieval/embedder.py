@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,13 +111,18 @@ class HashingEmbedder:
     cosine similarity: retrieval behaves plausibly and fully reproducibly.
     """
 
-    def __init__(self, dimension: int = 256):
+    def __init__(self, dimension: int = 256, *, delay_s: float = 0.0):
+        """``delay_s``: a pause per call, as a real model's pass takes time (tests that
+        must catch a document mid-way through its embedding)."""
         self.dimension = dimension
         self.model_id = f"hashing-{dimension}"
         self.history: list[list[str]] = []
+        self.delay_s = delay_s
 
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         self.history.append(list(texts))
+        if self.delay_s:
+            time.sleep(self.delay_s)
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for row, text in enumerate(texts):
             for word in _TOKEN.findall(text.lower()):

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from bench.fronts_faults import (
+    KILL_EMBED_DELAY_S,
     KillRun,
     RollingRun,
     kill_during_work,
@@ -43,7 +44,10 @@ def killed(tmp_path_factory: pytest.TempPathFactory, pg_server: Any) -> KillRun:
     """One kill scenario for this module's three tests to judge."""
     root = tmp_path_factory.mktemp("kill")
     # A's answers would take ~100 s (the kill cuts them), B's ~17 s.
-    with fresh_database(pg_server) as url, two_fronts(root, url, (3.0, 0.5)) as fronts:
+    with (
+        fresh_database(pg_server) as url,
+        two_fronts(root, url, (3.0, 0.5), KILL_EMBED_DELAY_S) as fronts,
+    ):
         return kill_during_work(fronts, url, UPLOADS, STREAMS, big=20_000)
 
 

@@ -65,7 +65,7 @@ def build_embedder(settings: Settings) -> Embedder:
             timeout_s=embed.embedder_remote_timeout_s,
         )
     if backend == "fake":
-        return HashingEmbedder()
+        return HashingEmbedder(delay_s=embed.fake_embed_delay_s)
     model_dir = embed.embedder_model or bundled_embedder_dir()
     if backend in ("onnx", "onnx-int8"):
         from retrieval.onnx_embedder import OnnxEmbedder, export_onnx

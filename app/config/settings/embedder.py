@@ -20,6 +20,9 @@ class EmbedderSettings(Section):
         "vectors); 'onnx-int8' quantises it (faster, re-embeds everything once); 'fake' is a "
         "deterministic hashing embedder.",
     )
+    fake_embed_delay_s: float = Field(
+        0.0, ge=0.0, le=5.0, description="Pause per call of the 'fake' embedder (tests)."
+    )
     embedder_model: Path | None = Field(
         None,
         description="sentence-transformers model directory; unset = bundled all-MiniLM-L6-v2.",
