@@ -90,15 +90,34 @@ def refers_back(question: str) -> bool:
     return any(word.lower().replace("’", "'") in _REFERRING for word in _WORD.findall(question))
 
 
-def prefer_cited(hits: Sequence[Hit], cited_documents: Collection[int]) -> list[Hit]:
-    """``hits`` with the passages of ``cited_documents`` first, each part in its own
-    order: for a question that refers back, the documents the turn before was answered
-    from. Its query carries that turn's terms, so it also finds the same kind of fact
+def prefer_cited(
+    hits: Sequence[Hit], cited_documents: Collection[int], question: str = ""
+) -> list[Hit]:
+    """For a ``question`` that refers back: ``hits`` narrowed to the passages of the
+    documents the turn before cited, and of any document the question names by a word of
+    its title ("How does it compare with Sweden's?"), in the search's order; all of them
+    when none of those was found.
+
+    Its query carries the turn before's terms, so it also finds the same kind of fact
     about other subjects ("And its anthem?" after a question about Norway finds Ireland's
-    anthem too); a small model answers from the first passages it is shown, so the
-    subject's own come first. Nothing is dropped: the answer may still need the others."""
-    own = [hit for hit in hits if hit.document_id in cited_documents]
-    return own + [hit for hit in hits if hit.document_id not in cited_documents]
+    anthem) and other facts of the same kind ("How high is it?" after Norway's volcano
+    finds Norway's highest mountain and Nepal's): a small model answers from whichever it
+    reads, and listing the subject's own first was not enough (docs/BENCHMARKS.md)."""
+    named = {_bare(term) for term in key_terms(question)}
+
+    def kept(hit: Hit) -> bool:
+        if hit.document_id in cited_documents:
+            return True
+        return bool(named) and not named.isdisjoint(map(_bare, _WORD.findall(hit.title)))
+
+    own = [hit for hit in hits if kept(hit)]
+    return own if any(hit.document_id in cited_documents for hit in own) else list(hits)
+
+
+def _bare(word: str) -> str:
+    """``word`` lowercased, without a possessive ("Sweden's" names Sweden)."""
+    lower = word.lower().replace("’", "'")
+    return lower[:-2] if lower.endswith("'s") else lower
 
 
 def key_terms(text: str) -> list[str]:

@@ -88,15 +88,20 @@ def test_a_question_refers_back_only_with_a_referring_word(question: str, refers
     assert refers_back(question) is refers
 
 
-def hit(chunk_id: int, document_id: int) -> Hit:
-    return Hit(chunk_id, document_id, f"doc {document_id}", 1, 0, 1, "text", 1.0 / chunk_id)
-
-
-def test_passages_of_the_documents_cited_before_come_first_and_none_is_dropped() -> None:
-    hits = [hit(1, 7), hit(2, 3), hit(3, 9), hit(4, 3), hit(5, 7)]
-    preferred = prefer_cited(hits, {3})
-    assert [h.chunk_id for h in preferred] == [2, 4, 1, 3, 5]
-    assert prefer_cited(hits, set()) == hits and prefer_cited(hits, {42}) == hits
+def test_a_follow_up_reads_the_cited_documents_and_those_it_names_only() -> None:
+    titles = {7: "Norway", 3: "Volcanoes of the north", 9: "Sweden"}
+    hits = [
+        Hit(c, d, titles[d], 1, 0, 1, "text", 1.0 / c)
+        for c, d in ((1, 7), (2, 3), (3, 9), (4, 3), (5, 7))
+    ]
+    assert [h.chunk_id for h in prefer_cited(hits, {3}, "How high is it?")] == [2, 4]
+    # a document the question names by a word of its title stays, in the search's order
+    named = prefer_cited(hits, {3}, "How does it compare with Sweden's?")
+    assert [h.chunk_id for h in named] == [2, 3, 4]
+    # nothing of the cited documents found, or nothing cited: all of them, as found
+    assert prefer_cited(hits, set(), "How high is it?") == hits
+    assert prefer_cited(hits, {42}, "How high is it?") == hits
+    assert prefer_cited(hits, {42}, "How does it compare with Sweden?") == hits
 
 
 HANDBOOK = (
@@ -263,6 +268,6 @@ def test_a_follow_up_that_refers_back_reads_the_documents_cited_before_first(
     assert chat.retrieve(conversation_query([asked, question]))[0].document_id == ids["norway.md"]
     events = asyncio.run(collect(chat, question, done.message.conversation_id))
     reading = next(e for e in events if isinstance(e, ReadingEvent))
-    # ... and the follow-up reads the passage the answer came from first, Norway's after it.
+    # ... and the follow-up reads only the document the answer came from.
     shown = [source.document_id for source in reading.sources]
-    assert shown[:2] == [ids["volcanoes.md"], ids["norway.md"]]
+    assert shown == [ids["volcanoes.md"]]

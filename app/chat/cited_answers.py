@@ -5,7 +5,7 @@ the answers it sends back are text with ``[n]`` markers, nothing else. So each g
 answer's sources are kept here, per user, under a digest of the question it answered and
 its text (surrounding whitespace stripped): when a later request carries that exact
 answer as its last, the follow-up gets what chat gives a stored conversation, the
-passages of the documents the answer cited first (``retrieval.followup.prefer_cited``).
+passages of the documents the answer cited (``retrieval.followup.prefer_cited``).
 An answer edited by the client, another user's, or one expired matches nothing, and the
 request is answered as if nothing were remembered.
 

@@ -238,7 +238,7 @@ class ChatService:
     ) -> tuple[str, list[Hit]]:
         """What a question asked after ``turns`` is searched for (``retrieval.followup``),
         and the passages found: for one that refers back ("How high is it?"), those of the
-        documents the last answer cited first."""
+        documents the last answer cited (``prefer_cited``)."""
         cited = {c.document_id for c in turns[-1][1].citations} if turns else set()
         return self.search_after([asked.content for asked, _ in turns], question, cited, scope)
 
@@ -251,12 +251,12 @@ class ChatService:
     ) -> tuple[str, list[Hit]]:
         """``search_turn`` for any door: ``asked`` are the questions before (oldest first),
         ``last_cited`` the documents the last answer cited (grounded ``/v1`` remembers
-        them: ``app.chat.cited_answers``). Only the order of what the search found (the
-        caller's readable collections only) changes: nothing is added."""
+        them: ``app.chat.cited_answers``). What the search found (the caller's readable
+        collections only) may be narrowed: nothing is added."""
         query = conversation_query([*asked, question])
         hits = self.retrieve(query, scope)
         if asked and last_cited and refers_back(question):
-            hits = prefer_cited(hits, last_cited)
+            hits = prefer_cited(hits, last_cited, question)
         return query, hits
 
     @property

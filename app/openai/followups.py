@@ -1,9 +1,9 @@
 """Grounded ``/v1`` follow-ups read as chat's do. A follow-up that refers back ("How high
-is it?") reads the passages of the documents the last answer cited first; chat finds
+is it?") reads the passages of the documents the last answer cited; chat finds
 those citations in the stored conversation, ``/v1`` in what it remembered of its own
 answers (``app.chat.cited_answers``), found again by the text the client sends back. The
 search itself is chat's (``ChatService.search_after``): scoped to what the caller may
-read, only reordered by what was cited.
+read, only narrowed by what was cited.
 """
 
 from __future__ import annotations
