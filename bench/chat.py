@@ -24,13 +24,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from app.chat.conversations import Conversations
 from app.chat.service import ChatConfig, ChatService
+from app.migrations import migrate_all
 from bench.query import indexed_corpus
 from llm.channel import Completion
 from llm.local import LocalModel, LocalModelConfig
 from llm.models import small_model
 from llm.params import CompletionRequest, FinishReason, Usage
 from llm.registry import Registry
+from retrieval.embedder import Embedder
+from retrieval.index import FaissIndex
 from retrieval.search import Retriever
+from retrieval.store import DocumentStore
 
 PAIRS = [
     ("How do I parse command line arguments?", "How do I add a help message to an option?"),
@@ -82,30 +86,48 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         embedder, store, index = indexed_corpus(root, args.documents)
+        migrate_all(store.db)  # the conversations' tables beside the corpus's
         config = LocalModelConfig(name="gemma", path=small_model(root / "models"))
         warm = Recorder()
         model = RecordingModel(config, warm)
         model.requests = []
-        chat = ChatService(
-            Conversations(store.db),
-            Retriever(embedder, index, store),
-            Registry.single(model, "default"),
-            ChatConfig(
-                model="default",
-                top_k=4,
-                min_score=0.0,
-                max_answer_tokens=MAX_TOKENS,
-                temperature=0.0,
-            ),
-        )
-        rows = []
-        for first, follow_up in PAIRS[: args.pairs]:
-            conversation = asyncio.run(ask(chat, first, None))
-            asyncio.run(ask(chat, follow_up, conversation))
-            request, usage, ttft = model.requests[-1], warm.usages[-1], warm.ttfts[-1]
-            rows.append((usage, ttft, cold_ttft(config, request)))
-        model.close()
+        try:
+            rows = ask_pairs(model, warm, config, embedder, store, index, args.pairs)
+        finally:
+            model.close()  # its engine thread would keep the process from exiting
     report(rows)
+
+
+def ask_pairs(
+    model: RecordingModel,
+    warm: Recorder,
+    config: LocalModelConfig,
+    embedder: Embedder,
+    store: DocumentStore,
+    index: FaissIndex,
+    pairs: int,
+) -> list[tuple[Usage, float, float]]:
+    """Each pair asked in a conversation of its own: the follow-up's usage, its warm time
+    to first token, and the cold one of the same prompt."""
+    chat = ChatService(
+        Conversations(store.db),
+        Retriever(embedder, index, store),
+        Registry.single(model, "default"),
+        ChatConfig(
+            model="default",
+            top_k=4,
+            min_score=0.0,
+            max_answer_tokens=MAX_TOKENS,
+            temperature=0.0,
+        ),
+    )
+    rows = []
+    for first, follow_up in PAIRS[:pairs]:
+        conversation = asyncio.run(ask(chat, first, None))
+        asyncio.run(ask(chat, follow_up, conversation))
+        request, usage, ttft = model.requests[-1], warm.usages[-1], warm.ttfts[-1]
+        rows.append((usage, ttft, cold_ttft(config, request)))
+    return rows
 
 
 async def ask(chat: ChatService, question: str, conversation: int | None) -> int:
