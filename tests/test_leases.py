@@ -327,12 +327,12 @@ def test_a_document_whose_replica_died_is_finished_by_another(tmp_path: Path) ->
         wait_for(lambda: status(kit, document_id) is DocumentStatus.INDEXED, timeout=10)
 
 
-def test_a_worker_renews_its_leases_while_it_works_and_stops_when_one_is_lost(
-    tmp_path: Path,
-) -> None:
-    kit = make_kit(tmp_path)
-    document_id = queue_large_document(kit)
-    worker = make_worker(kit, "w", lease_s=1.0)  # renewed every third of a second
+def hold_embedding(
+    kit: Kit, worker: IngestWorker
+) -> tuple[threading.Event, threading.Event, Callable[..., Any]]:
+    """Every slice of ``worker`` reaches the kit's embedder, which waits there until the
+    second event is set (the first says a slice arrived); the embedder's own method, to
+    put back."""
     in_slice, release = threading.Event(), threading.Event()
     embed = kit.embedder.embed_batch
 
@@ -343,6 +343,16 @@ def test_a_worker_renews_its_leases_while_it_works_and_stops_when_one_is_lost(
 
     worker.cache = None  # every slice reaches the embedder
     kit.embedder.embed_batch = held_embed  # type: ignore[method-assign]
+    return in_slice, release, embed
+
+
+def test_a_worker_renews_its_leases_while_it_works_and_stops_when_one_is_lost(
+    tmp_path: Path,
+) -> None:
+    kit = make_kit(tmp_path)
+    document_id = queue_large_document(kit)
+    worker = make_worker(kit, "w", lease_s=1.0)  # renewed every third of a second
+    in_slice, release, embed = hold_embedding(kit, worker)
     with running(worker):
         assert in_slice.wait(10)
         first = claims(kit)[document_id]
@@ -370,16 +380,7 @@ def test_work_whose_lease_was_taken_over_since_the_last_renewal_is_not_written(
     kit = make_kit(tmp_path)
     (document_id,) = queue_documents(kit, 1)
     worker = make_worker(kit, "w", lease_s=600.0)  # no renewal comes before the write
-    in_slice, release = threading.Event(), threading.Event()
-    embed = kit.embedder.embed_batch
-
-    def held_embed(texts):  # type: ignore[no-untyped-def]
-        in_slice.set()
-        release.wait(30)
-        return embed(texts)
-
-    worker.cache = None
-    kit.embedder.embed_batch = held_embed  # type: ignore[method-assign]
+    in_slice, release, embed = hold_embedding(kit, worker)
     with logs_captured(caplog, "retrieval.ingest"), running(worker):
         assert in_slice.wait(10)
         with kit.db.write() as conn:
@@ -404,15 +405,7 @@ def test_a_stopped_worker_gives_its_leases_back(tmp_path: Path) -> None:
     kit = make_kit(tmp_path)
     document_id = queue_large_document(kit)
     worker = make_worker(kit, "w")
-    in_slice, release = threading.Event(), threading.Event()
-    embed = kit.embedder.embed_batch
-
-    def held_embed(texts):  # type: ignore[no-untyped-def]
-        in_slice.set()
-        release.wait(30)
-        return embed(texts)
-
-    kit.embedder.embed_batch = held_embed  # type: ignore[method-assign]
+    in_slice, release, embed = hold_embedding(kit, worker)
     worker.start()
     assert in_slice.wait(10)
     assert claims(kit)[document_id][0] == "w"
