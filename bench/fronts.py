@@ -35,6 +35,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,8 +134,15 @@ class Tally:
                 self.errors.append(f"{kind}: {error}")
 
 
-def one_request(http: httpx.Client, front: ServerProcess, kind: str, question: str) -> str | None:
-    """Send one request; None when it succeeded, else what went wrong."""
+def one_request(
+    http: httpx.Client,
+    front: ServerProcess,
+    kind: str,
+    question: str,
+    accepted: Callable[[], None] | None = None,
+) -> str | None:
+    """Send one request; None when it succeeded, else what went wrong. ``accepted`` is
+    called when a chat's answer starts (its response's 200 arrived: the front took it)."""
     try:
         if kind == "search":
             response = http.post(f"{front.url}/api/search", json={"query": question, "k": K})
@@ -143,12 +151,15 @@ def one_request(http: httpx.Client, front: ServerProcess, kind: str, question: s
             if not response.json()["hits"]:
                 return "no hits"
             return None
-        response = http.post(f"{front.url}/api/chat", json={"message": question})
+        with http.stream("POST", f"{front.url}/api/chat", json={"message": question}) as response:
+            if response.status_code == 200 and accepted is not None:
+                accepted()
+            text = response.read().decode(errors="replace")
         if response.status_code != 200:
-            return f"{response.status_code} {response.text[:200]}"
-        events = [line for line in response.text.splitlines() if line.startswith("event:")]
+            return f"{response.status_code} {text[:200]}"
+        events = [line for line in text.splitlines() if line.startswith("event:")]
         if "event: error" in events or not events or events[-1] != "event: done":
-            return f"stream ended with {events[-1:] or 'nothing'}: {response.text[-200:]}"
+            return f"stream ended with {events[-1:] or 'nothing'}: {text[-200:]}"
         return None
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}"

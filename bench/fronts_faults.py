@@ -156,6 +156,7 @@ class Sent:
     raw_error: str | None  # the first attempt's
     error: str | None  # the final one (after the retry, if any)
     retried: bool
+    accepted: float | None = None  # when the first front took a chat (its 200 arrived)
 
 
 def balanced(
@@ -503,12 +504,16 @@ class RollingRun:
         )
 
     def drained(self) -> list[Sent]:
-        """The chats a front was answering when it got SIGTERM (the drain waits for them)."""
+        """The chats a front had taken and was answering when it got SIGTERM (the drain
+        waits for them); one sent as the signal came may be refused, and is retried."""
         return [
             s
             for s in self.sent
             for r in self.restarts
-            if s.kind == "chat" and s.first_front == r.front and s.started < r.sigterm_at < s.ended
+            if s.kind == "chat"
+            and s.first_front == r.front
+            and s.accepted is not None
+            and s.accepted < r.sigterm_at < s.ended
         ]
 
     def failed(self) -> list[Sent]:
@@ -530,6 +535,8 @@ class Load:
     def __init__(self, fronts: list[ServerProcess], clients: int, run: RollingRun) -> None:
         self.fronts, self.run = fronts, run
         self.attempts: dict[int, tuple[str, int]] = {}  # client -> (kind, front) sent now
+        # client -> (the front streaming its chat now, when it took it)
+        self.answering: dict[int, tuple[int, float]] = {}
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._client, args=(i,)) for i in range(clients)]
         for thread in self._threads:
@@ -542,21 +549,32 @@ class Load:
                 kind = "search" if (i + n) % 2 == 0 else "chat"
                 question = QUESTIONS[(i + n) % len(QUESTIONS)]
 
+                accepted: list[float] = []
+
                 def attempt(at: int) -> str | None:
+                    def taken() -> None:
+                        accepted.append(time.monotonic())  # noqa: B023
+                        self.answering[i] = (at, accepted[-1])  # noqa: B023
+
                     self.attempts[i] = (kind, at)  # noqa: B023
                     try:
-                        return one_request(http, self.fronts[at], kind, question)  # noqa: B023
+                        return one_request(http, self.fronts[at], kind, question, taken)  # noqa: B023
                     finally:
                         self.attempts.pop(i, None)
+                        self.answering.pop(i, None)
 
                 started, first = time.monotonic(), (i + n // 2) % len(self.fronts)
                 raw, error, retried = balanced(first, len(self.fronts), attempt)
                 ended = time.monotonic()
-                self.run.sent.append(Sent(kind, first, started, ended, raw, error, retried))
+                took = accepted[0] if accepted and not retried else None
+                self.run.sent.append(Sent(kind, first, started, ended, raw, error, retried, took))
                 n += 1
 
     def chatting_on(self, front: int) -> bool:
-        return ("chat", front) in self.attempts.values()
+        """Whether ``front`` took a chat moments ago (its 200 arrived) that still streams:
+        an answer takes seconds, so it is still being written when a signal follows."""
+        now = time.monotonic()
+        return any(at == front and now - taken < 0.5 for at, taken in list(self.answering.values()))
 
     def stop(self, timeout: float = 180) -> None:
         self._stop.set()
