@@ -104,8 +104,9 @@ def _loader(
     name: str,
     entry: ModelEntry,
     observer: EngineObserver,
-    grammars: GrammarCompiler,
+    grammars: GrammarCompiler | None = None,
 ) -> Callable[[], Backend]:
+    """``grammars``: the server's one compiler (a local model alone makes its own)."""
     if entry.url is not None:
         url = entry.url
         key = entry.api_key.get_secret_value() if entry.api_key else None
