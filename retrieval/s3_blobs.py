@@ -32,10 +32,19 @@ CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0  # between two reads of a socket, not for a whole transfer
 ATTEMPTS = 2  # the first try and one retry
 PROBE_TIMEOUT_S = 3.0  # readiness's check: one try
+# botocore logs every signed request at DEBUG, session token included: never below INFO.
 QUIET_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3")
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 
 T = TypeVar("T")
+
+
+def quiet_boto_logs() -> None:
+    """Keep the S3 client's loggers at INFO or above (synced sources use this too)."""
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level < logging.INFO:  # NOTSET (inherit) or DEBUG
+            logger.setLevel(logging.INFO)
 
 
 class S3Originals:
@@ -206,10 +215,7 @@ class S3Originals:
         import boto3.session
         from botocore.config import Config
 
-        for name in QUIET_LOGGERS:  # signed requests are logged at DEBUG
-            logger = logging.getLogger(name)
-            if logger.level < logging.INFO:
-                logger.setLevel(logging.INFO)
+        quiet_boto_logs()
         timeout = PROBE_TIMEOUT_S if probe else None
         config = Config(
             connect_timeout=timeout or CONNECT_TIMEOUT_S,

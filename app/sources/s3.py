@@ -9,25 +9,15 @@ nothing else: errors are told with any secret blanked out.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from app.config.settings.ingest import SourceCredential
 from app.sources.readers import Entry, SourceUnavailable, TooLarge, hidden, unsafe_key
+from retrieval.s3_blobs import quiet_boto_logs
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-# botocore logs every signed request at DEBUG, session token included: never below INFO.
-QUIET_LOGGERS = ("botocore", "boto3", "s3transfer")
-
-
-def quiet_boto_logs() -> None:
-    for name in QUIET_LOGGERS:
-        logger = logging.getLogger(name)
-        if logger.level < logging.INFO:  # NOTSET (inherit) or DEBUG
-            logger.setLevel(logging.INFO)
 
 
 class S3Reader:
