@@ -31,7 +31,7 @@ import httpx
 
 from app.config.settings import Settings
 from bench.corpus import stdlib_documents
-from tests.server import ServerProcess  # the real-process harness of the e2e tests
+from tests.server import ServerProcess, start_on_core  # the e2e tests' real processes
 
 BAR = 1.6
 REMOTE_MODEL = "all-MiniLM-L6-v2"
@@ -46,13 +46,7 @@ def start_node(root: Path, core: int) -> ServerProcess:
         embed_ingest_threads=1,
         embed_ingest_batch=32,  # an embedding node: whole requests per forward pass
     )
-    node.env["OMP_NUM_THREADS"] = "1"
-    everything = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {core})  # the child inherits the starting thread's affinity
-    try:
-        return node.start(ready_timeout=300)
-    finally:
-        os.sched_setaffinity(0, everything)
+    return start_on_core(node, core)
 
 
 def warm(node: ServerProcess) -> None:

@@ -46,7 +46,7 @@ import httpx
 
 from retrieval.evaluation import load_golden, percentile
 from tests.pg_kit import PgServer  # PostgreSQL 16 + pgvector in a wheel, as the tests use it
-from tests.server import ServerProcess  # the real-process harness of the e2e tests
+from tests.server import ServerProcess, start_on_core  # the e2e tests' real processes
 
 DATA = Path(__file__).parent / "data" / "factbook"
 BAR = 1.6
@@ -63,13 +63,7 @@ def start_front(root: Path, core: int, database_url: str, blobs: Path) -> Server
         embed_query_threads=1,
         embed_ingest_threads=1,
     )
-    front.env["OMP_NUM_THREADS"] = "1"
-    everything = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {core})  # the child inherits the starting thread's affinity
-    try:
-        return front.start(ready_timeout=300)
-    finally:
-        os.sched_setaffinity(0, everything)
+    return start_on_core(front, core)
 
 
 def load_corpus(front: ServerProcess, files: list[Path], timeout: float = 600) -> int:

@@ -186,6 +186,18 @@ class ServerProcess:
             self._log.close()
 
 
+def start_on_core(server: ServerProcess, core: int, ready_timeout: float = 300) -> ServerProcess:
+    """Start ``server`` pinned to one CPU core with one OpenMP thread (benchmarks that
+    compare one process per core): the child inherits the starting thread's affinity."""
+    server.env["OMP_NUM_THREADS"] = "1"
+    everything = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        return server.start(ready_timeout=ready_timeout)
+    finally:
+        os.sched_setaffinity(0, everything)
+
+
 def slow_fake_server(root: Path, token_delay_s: float, **settings: Any) -> ServerProcess:
     """A started server with the fake embedder and a fake model that waits
     ``token_delay_s`` before each token (to catch a request mid-answer)."""
