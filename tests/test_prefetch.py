@@ -7,14 +7,17 @@ import asyncio
 import threading
 from pathlib import Path
 from typing import Any
+from unittest.mock import Mock
 
 import pytest
 from litestar.testing import TestClient
 
+from app.chat.prefetch import Drafted, Prefetcher
 from app.chat.service import DoneEvent
 from llm.backend import FakeBackend
 from llm.local import LocalModel
 from llm.params import CompletionRequest, Finished, Overloaded, SamplingParams
+from retrieval.types import Hit
 from tests.conftest import add_user, fake_model, login, upload, wait_for, wait_indexed
 from tests.retrieval_kit import make_kit
 from tests.test_chat import collect, service
@@ -165,3 +168,41 @@ def test_a_draft_in_someone_elses_conversation_is_refused(client: TestClient[Any
         "/api/prefetch", json={"draft": "and what about it", "conversation_id": 1}
     )
     assert refused.status_code == 404
+
+
+def _hit(chunk_id: int) -> Hit:
+    return Hit(chunk_id, 1, "Policy", 1, 0, 10, f"passage {chunk_id}", 1.0 / chunk_id)
+
+
+def test_an_answer_lists_its_own_passages_in_the_order_its_draft_listed_them() -> None:
+    prefetcher = Prefetcher(Mock(), enabled=True)
+    drafted = Drafted("prefix", FakeBackend(), None, listed=(5, 9, 3))
+    answers = [_hit(3), _hit(7), _hit(5)]  # the answer's own search, best first
+    listed = prefetcher.listed_like(drafted, answers)
+    # the same passages (9, found by the draft only, is not added), those the draft listed
+    # first in its order, then the answer's own others, best first
+    assert [hit.chunk_id for hit in listed] == [5, 3, 7]
+    prefetcher.keep_order = False  # RAGDESK_PREFETCH_KEEPS_ORDER=false: always best first
+    assert prefetcher.listed_like(drafted, answers) == answers
+    assert Prefetcher(Mock(), enabled=True).listed_like(None, answers) == answers
+
+
+def test_a_drafts_order_is_kept_by_one_answer_in_its_own_conversation_only(
+    tmp_path: Path,
+) -> None:
+    chat = service(make_kit(tmp_path), FakeBackend())
+    asker = "user:1"
+    _, drafted = chat.search_turn("How many days of leave", [], None)
+    hits = [_hit(99), *drafted]  # the answer's own search: one more passage, found first
+
+    def drafted_then(conversation_id: int, first_turn: bool) -> list[Hit]:
+        draft = asyncio.run(chat.prefetcher.draft(asker, "How many days of leave", None))
+        assert draft == "started"
+        return chat.prefetcher.in_drafted_order(asker, conversation_id, first_turn, hits)
+
+    # typed where a new conversation starts: the draft's passages first, as it listed them
+    assert drafted_then(7, first_turn=True) == [*drafted, hits[0]]
+    assert chat.prefetcher.in_drafted_order(asker, 7, True, hits[::-1]) == hits[::-1]  # used
+    # a draft typed in a new conversation does not order an answer in an older one
+    assert drafted_then(7, first_turn=False) == hits
+    assert chat.prefetcher.in_drafted_order("user:2", 7, True, hits[::-1]) == hits[::-1]

@@ -6,10 +6,17 @@ where the question starts (instructions, the conversation so far, the numbered s
 is prefilled into the engine's KV cache by a prefill-only request: lowest priority, never
 while anything else runs, cancelled by the next draft and by any real request. On Send the
 answer is built exactly as without a prefetch; when its prompt starts with the prefetched
-text, the engine finds those tokens cached and only the question is left to read. The
-answer's prompt never depends on a prefetch (its output can only as far as any reuse of
-cached cells rounds differently: docs/BENCHMARKS.md), and drafts are neither stored nor
-logged: only counted.
+text, the engine finds those tokens cached and only the question is left to read.
+
+The draft usually lacks the question's last word, and that word often moves a passage in
+or out of the top few: listed best first, the prompt would then differ from the first
+passage that moved. So the answer's own passages (found by its own search, exactly as
+without a prefetch) are listed in the order its asker's last prefetch listed those of them
+it had, the rest after, best first (``keep_order``, ``RAGDESK_PREFETCH_KEEPS_ORDER``): the
+same passages, and half the prompt left to read (docs/BENCHMARKS.md). With it off, the
+answer's prompt never depends on a prefetch. Either way its output can change only as far
+as any reuse of cached cells rounds differently (docs/BENCHMARKS.md). Drafts are neither
+stored nor logged: only counted.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from app.auth.access import current_user_id
 from app.chat.answering import Grounding
 from app.errors import AppError
 from llm.channel import Completion
@@ -72,6 +81,7 @@ MIN_DRAFT_WORDS = 3  # fewer rarely retrieve what the finished question will
 MAX_DRAFT_CHARS = 4000
 REMEMBERED = 64  # prefetched prompt prefixes kept to recognise their use
 MAX_AGE = 600.0  # seconds: a prefix older than this counts as wasted
+MAX_ASKERS = 1024  # past this many askers' listings kept, the stale ones are dropped
 DEADLINE_S = 120.0
 _QUESTION_MARK = "RAGDESKDRAFTQUESTIONRAGDESK"  # stands in for the question in the prompt
 
@@ -81,19 +91,40 @@ _QUESTION_MARK = "RAGDESKDRAFTQUESTIONRAGDESK"  # stands in for the question in 
 Count = Callable[[str, int], None]
 
 
+def asker_key() -> str:
+    """Whose drafts replace each other, and whose answer keeps its last draft's order: the
+    signed-in user (one prefetch at a time each)."""
+    return f"user:{current_user_id()}"
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """A draft's prompt up to its question, where it was typed, and what it listed."""
+
+    prefix: str
+    backend: Backend
+    conversation_id: int | None  # None: a new conversation
+    listed: tuple[int, ...]  # chunk ids, in the order the prompt lists them
+
+
 class Prefetcher:
     """One prefetch in flight per asker (a new draft cancels the last), and the prefixes
     of recent ones, to tell used from wasted when a real answer starts."""
 
-    def __init__(self, chat: Chat, *, enabled: bool, count: Count | None = None):
+    def __init__(
+        self, chat: Chat, *, enabled: bool, keep_order: bool = True, count: Count | None = None
+    ):
         self.chat = chat
         self.enabled = enabled
+        self.keep_order = keep_order
         self.count = count or (lambda outcome, tokens: None)
         # asker -> the prefix its prefetch in flight computes, and that prefetch
         self._running: dict[str, tuple[str, Completion]] = {}
         self._prefixes: OrderedDict[str, float] = OrderedDict()  # prefix -> when it started
         self._tasks: set[asyncio.Task[None]] = set()
         self._turns: dict[str, int] = {}  # asker -> number of its latest draft
+        # asker -> its latest prefetch started: what it listed, where, and when
+        self._listed: dict[str, tuple[Drafted, float]] = {}
 
     async def draft(
         self,
@@ -115,24 +146,28 @@ class Prefetcher:
             return "short"
         turn = self._turns[asker] = self._turns.get(asker, 0) + 1  # newer drafts win
         try:
-            prefix, backend = await asyncio.to_thread(
-                self._prefix, draft, conversation_id, scope, model
+            before = self._listed.get(asker, (None, 0.0))[0]
+            if before is not None and before.conversation_id != conversation_id:
+                before = None
+            drafted = await asyncio.to_thread(
+                self.prepare, draft, conversation_id, scope, model, before
             )
         except (EngineError, AppError):  # busy, unknown model, too long, conversation gone
-            prefix, backend = None, None
+            drafted = None
         if self._turns.get(asker) != turn:
             return "skipped"  # a newer draft of the same asker arrived meanwhile
         running = self._running.get(asker)
-        if running is not None and running[0] == prefix:
+        if running is not None and drafted is not None and running[0] == drafted.prefix:
             ended = running[1].finished
             if ended is None or ended.reason == "stop":
                 return "started"  # the same prompt as the draft before: going on, or done
         if running is not None:
             running[1].cancel()  # the question moved on
             del self._running[asker]
-        if prefix is None or backend is None:
+        if drafted is None:
             self.count("skipped", 0)
             return "skipped"
+        prefix = drafted.prefix
         request = CompletionRequest(
             prefix,
             SamplingParams(max_tokens=1, temperature=0.0),
@@ -140,11 +175,12 @@ class Prefetcher:
             prefill_only=True,
         )
         try:
-            completion = await asyncio.to_thread(backend.submit, request)
+            completion = await asyncio.to_thread(drafted.backend.submit, request)
         except EngineError:  # busy (a prefetch only runs on an idle engine), or too long
             self.count("busy", 0)
             return "skipped"
         self._running[asker] = (prefix, completion)
+        self._keep_listed(asker, drafted)
         self._remember(prefix)
         self.count("started", 0)
         task = asyncio.get_running_loop().create_task(self._forget(asker, completion))
@@ -160,15 +196,44 @@ class Prefetcher:
             del self._prefixes[prefix]
         return bool(used)
 
-    def _prefix(
+    def in_drafted_order(
+        self, asker: str, conversation_id: int, first_turn: bool, hits: Sequence[Hit]
+    ) -> list[Hit]:
+        """An answer's own ``hits`` (best first) in the order the last prefetch of
+        ``asker`` listed those of them it had, the rest after them, best first; as they
+        are when keeping the order is off, or that prefetch was for another conversation
+        (``first_turn``: the answer's conversation has no earlier turn, so a draft typed
+        where a new conversation would start counts) or is stale. Each prefetch orders one
+        answer at most."""
+        drafted, started = self._listed.pop(asker, (None, 0.0))
+        if drafted is None or time.monotonic() - started > MAX_AGE:
+            return list(hits)
+        where = drafted.conversation_id
+        if where != conversation_id and not (where is None and first_turn):
+            return list(hits)
+        return self.listed_like(drafted, hits)
+
+    def listed_like(self, drafted: Drafted | None, hits: Sequence[Hit]) -> list[Hit]:
+        """``hits`` with those ``drafted`` listed first, as it listed them (keep_order)."""
+        if not self.keep_order or drafted is None:
+            return list(hits)
+        found = {hit.chunk_id: hit for hit in hits}
+        kept = [found[chunk] for chunk in drafted.listed if chunk in found]
+        listed = set(drafted.listed)
+        return kept + [hit for hit in hits if hit.chunk_id not in listed]
+
+    def prepare(
         self,
         draft: str,
         conversation_id: int | None,
         scope: frozenset[int] | None,
         model: str | None,
-    ) -> tuple[str | None, Backend | None]:
-        """The grounded prompt for ``draft`` up to its question, and the backend to run it
-        on; (None, None) when there is nothing to prefetch."""
+        before: Drafted | None = None,
+    ) -> Drafted | None:
+        """What a prefetch of ``draft`` would read: the grounded prompt up to its question,
+        the backend to run it on and what it lists; None when there is nothing to
+        prefetch. The passages the draft ``before`` listed too keep their order, so its
+        prefill goes on where it was."""
         chat = self.chat
         conversations = chat.conversations
         turns = []
@@ -182,16 +247,20 @@ class Prefetcher:
             model or chat.default_model, f"conversation:{conversation_id}"
         )
         if backend is None or not getattr(backend, "prefetches", False):
-            return None, None
+            return None
         if chat.answering or not backend.idle:
-            return None, None
-        _, hits = chat.search_turn(draft, turns, scope)
-        if not hits:
-            return None, None
+            return None
+        _, found = chat.search_turn(draft, turns, scope)
+        if not found:
+            return None
+        hits = self.listed_like(before, found)
         grounding: Grounding = chat.grounding(backend, _QUESTION_MARK, turns, hits, scope)
         text = grounding.prompt.text
         at = text.find(_QUESTION_MARK)
-        return (text[:at].rstrip(" ") if at > 0 else None), backend
+        if at <= 0:
+            return None
+        listed = tuple(hit.chunk_id for hit in hits)
+        return Drafted(text[:at].rstrip(" "), backend, conversation_id, listed)
 
     async def _forget(self, asker: str, completion: Completion) -> None:
         """Once a prefetch ends (done or cancelled), it no longer stands in the way."""
@@ -200,6 +269,13 @@ class Prefetcher:
         running = self._running.get(asker)
         if running is not None and running[1] is completion:
             del self._running[asker]
+
+    def _keep_listed(self, asker: str, drafted: Drafted) -> None:
+        """What ``asker``'s prefetch lists, for its answer; stale ones of others go."""
+        now = time.monotonic()
+        if len(self._listed) >= MAX_ASKERS:
+            self._listed = {k: v for k, v in self._listed.items() if now - v[1] <= MAX_AGE}
+        self._listed[asker] = (drafted, now)
 
     def _remember(self, prefix: str) -> None:
         self._prefixes.pop(prefix, None)

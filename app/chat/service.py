@@ -15,7 +15,7 @@ from app.auth.scope import readable_now
 from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
 from app.chat.conversations import Conversations
 from app.chat.finished import FinishedAnswer, FinishedListener, ListenerFactory, tell_later
-from app.chat.prefetch import Prefetcher
+from app.chat.prefetch import Prefetcher, asker_key
 from app.chat.records import Citation, Conversation, Message, ShownSource, TurnContext
 from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
 from app.config.settings import Settings
@@ -59,6 +59,7 @@ class ChatConfig:
     withhold_unsupported: bool = True  # an answer no source supports anywhere is not shown
     check_answers: bool = True  # ask the model whether the cited passages state the answer
     prefetch: bool = True  # prefill the prompt of a draft question (app/chat/prefetch.py)
+    prefetch_keeps_order: bool = True  # an answer lists its passages as its draft did
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str | None = None) -> ChatConfig:
@@ -74,6 +75,7 @@ class ChatConfig:
             withhold_unsupported=settings.generation.withhold_unsupported,
             check_answers=settings.generation.check_answers,
             prefetch=settings.generation.prefetch,
+            prefetch_keeps_order=settings.generation.prefetch_keeps_order,
         )
 
 
@@ -153,7 +155,9 @@ class ChatService:
         self.workspaces = Workspaces(conversations.db)  # instructions and default models
         self._answering: set[int] = set()
         self.running = RunningAnswers()  # what the Stop button can cancel
-        self.prefetcher = Prefetcher(self, enabled=config.prefetch)
+        self.prefetcher = Prefetcher(
+            self, enabled=config.prefetch, keep_order=config.prefetch_keeps_order
+        )
         self.on_finished: ListenerFactory | None = None  # e.g. app.usage's recorder
 
     def ask(
@@ -319,6 +323,10 @@ class ChatService:
             else await asyncio.to_thread(self.conversations.names_of, readable_now(scope) or ())
         )
         earlier = await asyncio.to_thread(self.conversations.earlier_answers, question)
+        if not earlier:  # a first answer: its passages as the draft prefetched listed them
+            hits = self.prefetcher.in_drafted_order(
+                asker_key(), question.conversation_id, not turns, hits
+            )
         if not hits:
             progress.context = TurnContext(NOTHING_FOUND, query=query, scope=searched_in)
             yield TokenEvent(NOTHING_FOUND)

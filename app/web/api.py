@@ -22,6 +22,7 @@ from app.auth.access import (
     require_conversation,
 )
 from app.auth.service import Auth
+from app.chat.prefetch import asker_key
 from app.chat.records import Message
 from app.chat.service import (
     ChatService,
@@ -136,13 +137,8 @@ class PrefetchApi(Controller):
         nothing found), ``short`` (fewer than three words) or ``off``. The draft is not
         stored; the answer's prompt is the same with or without it."""
         await asyncio.to_thread(require_conversation, services.auth, data.conversation_id)
-        status = await chat.prefetcher.draft(_asker(), data.draft, data.conversation_id)
+        status = await chat.prefetcher.draft(asker_key(), data.draft, data.conversation_id)
         return PrefetchOut(status)
-
-
-def _asker() -> str:
-    """Whose drafts replace each other: the signed-in user (one prefetch at a time each)."""
-    return f"user:{current_user_id()}"
 
 
 class ChatApi(Controller):

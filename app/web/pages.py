@@ -24,6 +24,7 @@ from app.auth.access import (
     require_message,
 )
 from app.chat.citation_nav import citation_nav
+from app.chat.prefetch import asker_key
 from app.chat.records import Message
 from app.chat.rendering import highlight_passage
 from app.chat.service import ChatService, CheckingEvent, DoneEvent, ReadingEvent, TokenEvent
@@ -225,8 +226,9 @@ class Partials(Controller):
         conversation_id = form_row_id(data.conversation_id)
         await asyncio.to_thread(require_conversation, services.auth, conversation_id)
         model, scope = await asyncio.to_thread(_choices, services, data)
-        asker = f"user:{current_user_id()}"
-        await chat.prefetcher.draft(asker, data.message, conversation_id, scope=scope, model=model)
+        await chat.prefetcher.draft(
+            asker_key(), data.message, conversation_id, scope=scope, model=model
+        )
 
     @get("/answers/{question_id:int}/stream")
     async def answer_stream(

@@ -219,6 +219,14 @@ class GenerationSettings(Section):
         "waits for one 128-token chunk of it at most), so the answer starts sooner; the "
         "answer's prompt is the same either way; drafts are not stored.",
     )
+    prefetch_keeps_order: bool = Field(
+        True,
+        description="An answer's passages (found by its own search, as without a "
+        "prefetch) are listed in the order its asker's last prefetched draft listed those "
+        "of them it had, the rest after, best first, so the draft's prefill is reused when "
+        "the finished question moves a passage; off: always best first, and the answer's "
+        "prompt never depends on a prefetch.",
+    )
     check_answers: bool = Field(
         True,
         description="After a cited answer, ask the chat model (one token) whether the "
