@@ -262,11 +262,14 @@
     if (action) { event.preventDefault(); action(); }
   });
 
-  // The question box sends its draft (hx-trigger "draft-word") at each word's end as well
-  // as after a pause: a person typing steadily never pauses long enough for the latter.
-  // (A trigger filter like keyup[key==' '] would need eval, which the CSP forbids.)
+  // The question box sends its draft (hx-trigger "draft-word") at each word's end, and at
+  // a question mark (the question is likely complete: its draft then finds the passages
+  // the answer will), as well as after a pause: a person typing steadily never pauses long
+  // enough for the latter. (A trigger filter like keyup[key==' '] would need eval, which
+  // the CSP forbids.)
   document.addEventListener("keyup", function (event) {
-    if (event.target.id === "question" && event.key === " " && event.target.hasAttribute("hx-post")) {
+    var ends = event.key === " " || event.key === "?";
+    if (event.target.id === "question" && ends && event.target.hasAttribute("hx-post")) {
       htmx.trigger(event.target, "draft-word");
     }
   });

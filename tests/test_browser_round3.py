@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -125,6 +126,26 @@ def test_typing_a_question_prefetches_its_prompt(browser: Any, server: InProcess
     page.keyboard.press("Enter")
     page.wait_for_selector("#messages article.msg.assistant:not(.streaming)")
     assert server.model.history[-1].prompt.startswith(prefix)
+    page.context.close()
+
+
+def test_a_question_mark_sends_the_draft_at_once(browser: Any, server: InProcessServer) -> None:  # noqa: F811
+    """The finished question's own draft goes before Enter, not only after a pause: its
+    passages are those the answer will read."""
+    page = _page(browser, server, "boss")
+    drafts: list[str] = []
+
+    def sent(request: Any) -> None:
+        if request.url.endswith("/ui/prefetch"):
+            drafts.append(parse_qs(request.post_data or "").get("message", [""])[0])
+
+    page.on("request", sent)
+    page.click("#question")
+    # typed on at once: the pause never sees "…London?", only the question mark's keyup
+    page.keyboard.type("What is the hotel cap in London? And", delay=20)
+    page.wait_for_timeout(1200)
+    assert "What is the hotel cap in London?" in drafts, drafts
+    assert "What is the hotel cap in London? And" in drafts  # and the pause, as before
     page.context.close()
 
 
