@@ -72,13 +72,10 @@ def search_query(question: str, earlier: Sequence[str]) -> str:
 
 def is_follow_up(question: str) -> bool:
     """Whether ``question`` leans on the turn before it for its subject."""
-    words = [word.lower().replace("’", "'") for word in _WORD.findall(question)]
+    words = _words(question)
     if not words:
         return False
-    opening = " ".join(words[:2])
-    if any(opening == opener or opening.startswith(opener + " ") for opener in _OPENERS):
-        return True
-    if any(word in _REFERRING for word in words):
+    if _continues(words) or any(word in _REFERRING for word in words):
         return True
     return len(key_terms(question)) < MIN_OWN_TERMS
 
@@ -87,16 +84,38 @@ def refers_back(question: str) -> bool:
     """Whether ``question`` names its subject with a referring word ("How high is it?",
     "And its anthem?"): its subject is then the one the turn before was answered about.
     "What about Ireland?" leans on the turn before too, but names a subject of its own."""
-    return any(word.lower().replace("’", "'") in _REFERRING for word in _WORD.findall(question))
+    return any(word in _REFERRING for word in _words(question))
+
+
+def asks_about_the_last_answer(question: str) -> bool:
+    """Whether ``question`` asks about what the last answer was about: it refers back
+    ("How high is it?"), or continues the last question ("And the lowest?", "What about
+    a debit?"); its passages are then looked for first in the documents the last answer
+    cited (:func:`prefer_cited`). A short question of its own ("Who is the CEO?") is
+    not: it may change the subject, and is only searched for with the last turn's terms."""
+    words = _words(question)
+    return _continues(words) or any(word in _REFERRING for word in words)
+
+
+def _words(question: str) -> list[str]:
+    return [word.lower().replace("’", "'") for word in _WORD.findall(question)]
+
+
+def _continues(words: Sequence[str]) -> bool:
+    """Whether a question of ``words`` opens by continuing the last ("and ...")."""
+    opening = " ".join(words[:2])
+    return any(opening == opener or opening.startswith(opener + " ") for opener in _OPENERS)
 
 
 def prefer_cited(
     hits: Sequence[Hit], cited_documents: Collection[int], question: str = ""
 ) -> list[Hit]:
-    """For a ``question`` that refers back: ``hits`` narrowed to the passages of the
-    documents the turn before cited, and of any document the question names by a word of
-    its title ("How does it compare with Sweden's?"), in the search's order; all of them
-    when none of those was found.
+    """For a ``question`` about the last answer (:func:`asks_about_the_last_answer`):
+    ``hits`` narrowed to the passages of the documents the turn before cited, and of any
+    document the question names by a word of its title ("How does it compare with
+    Sweden's?"), in the search's order; all of them when none of those was found. A
+    question that continues the last without referring back and names another document
+    ("What about Ireland?" after Norway) changes the subject: that document's passages.
 
     Its query carries the turn before's terms, so it also finds the same kind of fact
     about other subjects ("And its anthem?" after a question about Norway finds Ireland's
@@ -105,12 +124,14 @@ def prefer_cited(
     reads, and listing the subject's own first was not enough (docs/BENCHMARKS.md)."""
     named = {_bare(term) for term in key_terms(question)}
 
-    def kept(hit: Hit) -> bool:
-        if hit.document_id in cited_documents:
-            return True
+    def names(hit: Hit) -> bool:
         return bool(named) and not named.isdisjoint(map(_bare, _WORD.findall(hit.title)))
 
-    own = [hit for hit in hits if kept(hit)]
+    if not refers_back(question):
+        switched = [hit for hit in hits if names(hit) and hit.document_id not in cited_documents]
+        if switched:
+            return switched
+    own = [hit for hit in hits if hit.document_id in cited_documents or names(hit)]
     return own if any(hit.document_id in cited_documents for hit in own) else list(hits)
 
 

@@ -12,6 +12,7 @@ from litestar.testing import TestClient
 from app.chat.service import DoneEvent, ReadingEvent
 from llm.backend import FakeBackend
 from retrieval.followup import (
+    asks_about_the_last_answer,
     conversation_query,
     is_follow_up,
     prefer_cited,
@@ -271,3 +272,35 @@ def test_a_follow_up_that_refers_back_reads_the_documents_cited_before_first(
     # ... and the follow-up reads only the document the answer came from.
     shown = [source.document_id for source in reading.sources]
     assert shown == [ids["volcanoes.md"]]
+
+
+@pytest.mark.parametrize(
+    ("question", "about_it"),
+    [
+        ("How high is it?", True),
+        ("And the lowest?", True),
+        ("What about a debit?", True),
+        ("What about Ireland?", True),
+        ("Who is the CEO?", False),  # short, but may change the subject: not narrowed
+        ("How long is parental leave?", False),
+    ],
+)
+def test_a_question_about_the_last_answer_refers_back_or_continues_it(
+    question: str, about_it: bool
+) -> None:
+    assert asks_about_the_last_answer(question) is about_it
+
+
+def test_a_continued_question_naming_another_document_reads_that_document() -> None:
+    titles = {7: "Norway", 3: "Volcanoes of the north", 9: "Ireland"}
+    hits = [
+        Hit(c, d, titles[d], 1, 0, 1, "text", 1.0 / c)
+        for c, d in ((1, 7), (2, 3), (3, 9), (4, 9), (5, 7))
+    ]
+    # after an answer citing Norway, "What about Ireland?" is about Ireland
+    assert [h.chunk_id for h in prefer_cited(hits, {7}, "What about Ireland?")] == [3, 4]
+    # an elliptical one naming nothing else stays with what was cited
+    assert [h.chunk_id for h in prefer_cited(hits, {7}, "And the lowest?")] == [1, 5]
+    # referring back while naming another: both, to compare
+    compared = prefer_cited(hits, {7}, "How does it compare with Ireland?")
+    assert [h.chunk_id for h in compared] == [1, 3, 4, 5]

@@ -36,7 +36,7 @@ from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
 from retrieval.collections import Workspaces
 from retrieval.focus import focus
-from retrieval.followup import conversation_query, prefer_cited, refers_back
+from retrieval.followup import asks_about_the_last_answer, conversation_query, prefer_cited
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
@@ -241,8 +241,8 @@ class ChatService:
         scope: frozenset[int] | None,
     ) -> tuple[str, list[Hit]]:
         """What a question asked after ``turns`` is searched for (``retrieval.followup``),
-        and the passages found: for one that refers back ("How high is it?"), those of the
-        documents the last answer cited (``prefer_cited``)."""
+        and the passages found: for one about the last answer ("How high is it?", "And
+        the lowest?"), those of the documents it cited (``prefer_cited``)."""
         cited = {c.document_id for c in turns[-1][1].citations} if turns else set()
         return self.search_after([asked.content for asked, _ in turns], question, cited, scope)
 
@@ -259,7 +259,7 @@ class ChatService:
         collections only) may be narrowed: nothing is added."""
         query = conversation_query([*asked, question])
         hits = self.retrieve(query, scope)
-        if asked and last_cited and refers_back(question):
+        if asked and last_cited and asks_about_the_last_answer(question):
             hits = prefer_cited(hits, last_cited, question)
         return query, hits
 

@@ -1,5 +1,5 @@
-"""Grounded ``/v1`` follow-ups read as chat's do. A follow-up that refers back ("How high
-is it?") reads the passages of the documents the last answer cited; chat finds
+"""Grounded ``/v1`` follow-ups read as chat's do. A follow-up about the last answer ("How
+high is it?", "And the lowest?") reads the passages of the documents it cited; chat finds
 those citations in the stored conversation, ``/v1`` in what it remembered of its own
 answers (``app.chat.cited_answers``), found again by the text the client sends back. The
 search itself is chat's (``ChatService.search_after``): scoped to what the caller may
@@ -17,7 +17,7 @@ from app.chat.cited_answers import CitedAnswers, CitedSource
 from app.schemas import CitationOut
 from app.state import Services
 from llm.prompt import Turn
-from retrieval.followup import refers_back
+from retrieval.followup import asks_about_the_last_answer
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +36,12 @@ class FollowUpMemory:
         return cls(CitedAnswers(services.db, days), current_user_id())
 
     def cited_before(self, question: str, history: Sequence[Turn]) -> frozenset[int]:
-        """The documents the last answer in ``history`` cited, when ``question`` refers
-        back and that answer is one of the caller's, sent back as it was given; else none
-        (the request is then searched for as if nothing were remembered)."""
+        """The documents the last answer in ``history`` cited, when ``question`` asks about
+        it (``asks_about_the_last_answer``) and that answer is one of the caller's, sent
+        back as it was given; else none (the request is then searched for as if nothing
+        were remembered)."""
         last = next((turn for turn in reversed(history) if turn.answer.strip()), None)
-        if self.user_id is None or last is None or not refers_back(question):
+        if self.user_id is None or last is None or not asks_about_the_last_answer(question):
             return frozenset()
         try:
             cited = self.answers.cited(self.user_id, last.question, last.answer)
