@@ -72,12 +72,9 @@ def search_query(question: str, earlier: Sequence[str]) -> str:
 
 def is_follow_up(question: str) -> bool:
     """Whether ``question`` leans on the turn before it for its subject."""
-    words = _words(question)
-    if not words:
-        return False
-    if _continues(words) or any(word in _REFERRING for word in words):
+    if asks_about_the_last_answer(question):
         return True
-    return len(key_terms(question)) < MIN_OWN_TERMS
+    return bool(_words(question)) and len(key_terms(question)) < MIN_OWN_TERMS
 
 
 def refers_back(question: str) -> bool:
@@ -93,8 +90,7 @@ def asks_about_the_last_answer(question: str) -> bool:
     a debit?"); its passages are then looked for first in the documents the last answer
     cited (:func:`prefer_cited`). A short question of its own ("Who is the CEO?") is
     not: it may change the subject, and is only searched for with the last turn's terms."""
-    words = _words(question)
-    return _continues(words) or any(word in _REFERRING for word in words)
+    return _continues(_words(question)) or refers_back(question)
 
 
 def _words(question: str) -> list[str]:
