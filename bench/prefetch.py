@@ -54,15 +54,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ragdesk-prefetch-") as scratch:
         server = ServerProcess(Path(scratch) / "data", Path(scratch) / "server.log").start(600)
         try:
-            _upload(server, DATA / args.set / "corpus")
+            upload_corpus(server, DATA / args.set / "corpus")
             times = _type_and_ask(server, questions, 1000.0 / args.cps)
-            counts = _prefetch_counts(server.url)
+            counts = prefetch_counts(server.url)
         finally:
             server.stop()
     _report(times, counts, args)
 
 
-def _upload(server: ServerProcess, corpus: Path) -> None:
+def upload_corpus(server: ServerProcess, corpus: Path) -> None:
     for path in sorted(corpus.iterdir()):
         response = http.post(
             f"{server.url}/api/documents", files=[("file", (path.name, path.read_bytes()))]
@@ -114,7 +114,7 @@ def _type_and_ask(
     return times
 
 
-def _prefetch_counts(url: str) -> dict[str, float]:
+def prefetch_counts(url: str) -> dict[str, float]:
     text = http.get(f"{url}/metrics").text
     counts = {
         m.group(1): float(m.group(2))
