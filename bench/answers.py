@@ -61,15 +61,22 @@ def evaluate(
     settings = Settings(
         data_dir=data_dir, generator_model=bundled_model(MODELS_DIR, model), **overrides
     )
+    with scratch_chat(settings) as chat:
+        return asyncio.run(ask_all(chat, questions, progress=True, transcript=transcript))
+
+
+@contextmanager
+def scratch_chat(settings: Settings) -> Iterator[ChatService]:
+    """Chat over the ingested data of ``settings``, its conversations in a scratch
+    database, every model closed at the end."""
     db = open_database(settings.db_path)
     retriever = read_only_retriever(settings, DocumentStore(db))
     registry = build_registry(settings, Metrics(lambda: [], lambda: None))
     scratch = ScratchConversations()
     try:
-        chat = ChatService(
+        yield ChatService(
             scratch.conversations, retriever, registry, ChatConfig.from_settings(settings)
         )
-        return asyncio.run(ask_all(chat, questions, progress=True, transcript=transcript))
     finally:
         registry.close()
         scratch.close()

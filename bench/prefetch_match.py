@@ -27,18 +27,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from app.chat.prefetch import MIN_DRAFT_WORDS, Drafted, Prefetcher
-from app.chat.service import ChatConfig, ChatService
-from app.config.models import build_registry
-from app.config.retrieval import read_only_retriever
+from app.chat.service import ChatService
 from app.config.settings import Settings
-from app.documents.answer_eval import ScratchConversations
 from app.documents.ingest_command import run_ingest
-from app.metrics import Metrics
-from app.migrations import open_database
-from bench.answers import DATA, MODELS_DIR, questions_of
+from bench.answers import DATA, MODELS_DIR, questions_of, scratch_chat
 from llm.backend import Backend
 from llm.models import DEFAULT_MODEL, bundled_model
-from retrieval.store import DocumentStore
 
 LAYOUTS = {"best first": False, "as the draft listed them (default)": True}
 
@@ -67,15 +61,8 @@ def main() -> None:
 
 
 def _measure(settings: Settings, questions: list[str]) -> list[str]:
-    db = open_database(settings.db_path)
-    retriever = read_only_retriever(settings, DocumentStore(db))
-    registry = build_registry(settings, Metrics(lambda: [], lambda: None))
-    scratch = ScratchConversations()
-    try:
-        chat = ChatService(
-            scratch.conversations, retriever, registry, ChatConfig.from_settings(settings)
-        )
-        backend = registry.get(chat.default_model)
+    with scratch_chat(settings) as chat:
+        backend = chat.models.get(chat.default_model)
         rules = _rules(chat, backend)
         rows = []
         for layout, keep_order in LAYOUTS.items():
@@ -99,10 +86,6 @@ def _measure(settings: Settings, questions: list[str]) -> list[str]:
                 f"| {statistics.median(cold):.0f} / {statistics.fmean(cold):.0f} |"
             )
         return rows
-    finally:
-        registry.close()
-        scratch.close()
-        db.close()
 
 
 def _typed(prefetcher: Prefetcher, question: str) -> Drafted | None:

@@ -89,12 +89,14 @@ def test_a_question_refers_back_only_with_a_referring_word(question: str, refers
     assert refers_back(question) is refers
 
 
+def _found(titles: dict[int, str], *chunks: tuple[int, int]) -> list[Hit]:
+    """Hits for (chunk id, document id) pairs, best first, titled by ``titles``."""
+    return [Hit(c, d, titles[d], 1, 0, 1, "text", 1.0 / c) for c, d in chunks]
+
+
 def test_a_follow_up_reads_the_cited_documents_and_those_it_names_only() -> None:
     titles = {7: "Norway", 3: "Volcanoes of the north", 9: "Sweden"}
-    hits = [
-        Hit(c, d, titles[d], 1, 0, 1, "text", 1.0 / c)
-        for c, d in ((1, 7), (2, 3), (3, 9), (4, 3), (5, 7))
-    ]
+    hits = _found(titles, (1, 7), (2, 3), (3, 9), (4, 3), (5, 7))
     assert [h.chunk_id for h in prefer_cited(hits, {3}, "How high is it?")] == [2, 4]
     # a document the question names by a word of its title stays, in the search's order
     named = prefer_cited(hits, {3}, "How does it compare with Sweden's?")
@@ -293,10 +295,7 @@ def test_a_question_about_the_last_answer_refers_back_or_continues_it(
 
 def test_a_continued_question_naming_another_document_reads_that_document() -> None:
     titles = {7: "Norway", 3: "Volcanoes of the north", 9: "Ireland"}
-    hits = [
-        Hit(c, d, titles[d], 1, 0, 1, "text", 1.0 / c)
-        for c, d in ((1, 7), (2, 3), (3, 9), (4, 9), (5, 7))
-    ]
+    hits = _found(titles, (1, 7), (2, 3), (3, 9), (4, 9), (5, 7))
     # after an answer citing Norway, "What about Ireland?" is about Ireland
     assert [h.chunk_id for h in prefer_cited(hits, {7}, "What about Ireland?")] == [3, 4]
     # an elliptical one naming nothing else stays with what was cited
