@@ -206,3 +206,17 @@ def test_a_drafts_order_is_kept_by_one_answer_in_its_own_conversation_only(
     # a draft typed in a new conversation does not order an answer in an older one
     assert drafted_then(7, first_turn=False) == hits
     assert chat.prefetcher.in_drafted_order("user:2", 7, True, hits[::-1]) == hits[::-1]
+
+
+def test_the_listings_kept_for_answers_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("app.chat.prefetch.MAX_ASKERS", 2)
+    chat = service(make_kit(tmp_path), FakeBackend())
+    for asker in ("user:1", "user:2", "user:3"):
+        assert asyncio.run(chat.prefetcher.draft(asker, "How many days of leave", None))
+    _, found = chat.search_turn("How many days of leave", [], None)
+    hits = [_hit(99), *found]
+    # the oldest asker's listing went; the two newest still order their answers
+    assert chat.prefetcher.in_drafted_order("user:1", 7, True, hits) == hits
+    assert chat.prefetcher.in_drafted_order("user:3", 7, True, hits) == [*found, hits[0]]

@@ -81,7 +81,7 @@ MIN_DRAFT_WORDS = 3  # fewer rarely retrieve what the finished question will
 MAX_DRAFT_CHARS = 4000
 REMEMBERED = 64  # prefetched prompt prefixes kept to recognise their use
 MAX_AGE = 600.0  # seconds: a prefix older than this counts as wasted
-MAX_ASKERS = 1024  # past this many askers' listings kept, the stale ones are dropped
+MAX_ASKERS = 1024  # askers whose last prefetch's listing is kept for their answer, at most
 DEADLINE_S = 120.0
 _QUESTION_MARK = "RAGDESKDRAFTQUESTIONRAGDESK"  # stands in for the question in the prompt
 
@@ -271,11 +271,12 @@ class Prefetcher:
             del self._running[asker]
 
     def _keep_listed(self, asker: str, drafted: Drafted) -> None:
-        """What ``asker``'s prefetch lists, for its answer; stale ones of others go."""
-        now = time.monotonic()
-        if len(self._listed) >= MAX_ASKERS:
-            self._listed = {k: v for k, v in self._listed.items() if now - v[1] <= MAX_AGE}
-        self._listed[asker] = (drafted, now)
+        """What ``asker``'s prefetch lists, for its answer; past ``MAX_ASKERS`` askers,
+        the one whose prefetch is oldest is forgotten (the dict is kept in that order)."""
+        self._listed.pop(asker, None)
+        while len(self._listed) >= MAX_ASKERS:
+            del self._listed[next(iter(self._listed))]
+        self._listed[asker] = (drafted, time.monotonic())
 
     def _remember(self, prefix: str) -> None:
         self._prefixes.pop(prefix, None)
