@@ -111,7 +111,9 @@ def prefer_cited(
     document the question names by a word of its title ("How does it compare with
     Sweden's?"), in the search's order; all of them when none of those was found. A
     question that continues the last without referring back and names another document
-    ("What about Ireland?" after Norway) changes the subject: that document's passages.
+    ("What about Ireland?" after Norway) changes the subject: that document's passages;
+    one with a word that only other documents' passages hold ("What about Beerenberg's
+    height?" after an answer about Hekla) moves on too: all of them.
 
     Its query carries the turn before's terms, so it also finds the same kind of fact
     about other subjects ("And its anthem?" after a question about Norway finds Ireland's
@@ -127,8 +129,19 @@ def prefer_cited(
         switched = [hit for hit in hits if names(hit) and hit.document_id not in cited_documents]
         if switched:
             return switched
+        if _moves_on(hits, cited_documents, named):
+            return list(hits)
     own = [hit for hit in hits if hit.document_id in cited_documents or names(hit)]
     return own if any(hit.document_id in cited_documents for hit in own) else list(hits)
+
+
+def _moves_on(hits: Sequence[Hit], cited_documents: Collection[int], named: set[str]) -> bool:
+    """Whether a word of the question (``named``, bare) is found in a passage of another
+    document than those cited, and in none of theirs."""
+    words = {True: set[str](), False: set[str]()}
+    for hit in hits:
+        words[hit.document_id in cited_documents].update(map(_bare, _WORD.findall(hit.text)))
+    return bool((named & words[False]) - words[True])
 
 
 def _bare(word: str) -> str:

@@ -303,3 +303,14 @@ def test_a_continued_question_naming_another_document_reads_that_document() -> N
     # referring back while naming another: both, to compare
     compared = prefer_cited(hits, {7}, "How does it compare with Ireland?")
     assert [h.chunk_id for h in compared] == [1, 3, 4, 5]
+
+
+def test_a_continued_question_whose_subject_only_other_documents_hold_moves_on() -> None:
+    hits = [
+        Hit(1, 7, "Norway", 1, 0, 1, "Beerenberg is Norway's active volcano.", 0.5),
+        Hit(2, 3, "Volcanoes", 1, 0, 1, "Hekla is 1,491 metres high.", 0.4),
+    ]
+    # after an answer citing Volcanoes (about Hekla), Beerenberg is only in Norway's
+    assert prefer_cited(hits, {3}, "What about Beerenberg's height?") == hits
+    # a word the cited document holds too keeps the question there
+    assert prefer_cited(hits, {3}, "And how high is Hekla?") == [hits[1]]
