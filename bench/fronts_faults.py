@@ -84,6 +84,7 @@ STREAM_READ_S = 60.0  # a stream's read timeout: longer than any pause between t
 # Each embedding call of the kill scenario's fronts takes this long, so the front killed
 # mid-way through the large file is still embedding it however fast the machine is.
 KILL_EMBED_DELAY_S = 0.3
+WAIT_S = 600.0  # the most any step of a scenario waits for the one before: a bound, not a speed
 
 
 def front(
@@ -414,7 +415,7 @@ def kill_during_work(
         run.killed = [LiveAnswer(a, QUESTIONS[0]) for _ in range(streams)]
         run.survivors = [LiveAnswer(b, QUESTIONS[0]) for _ in range(streams)]
         everyone = run.killed + run.survivors
-        wait_for(lambda: all(s.first_token_at or s.ended_at for s in everyone), timeout=120)
+        wait_for(lambda: all(s.first_token_at or s.ended_at for s in everyone), timeout=WAIT_S)
         name, data = ledger(big)
         ids: list[int] = []
         with httpx.Client(headers=a.headers, timeout=120) as http:
@@ -423,11 +424,11 @@ def kill_during_work(
         # Its passages stored, their vectors being computed: the kill leaves a partial set.
         wait_for(
             lambda: held_by(database_url, pid).get(ids[0]) == "embedding",
-            timeout=120,
+            timeout=WAIT_S,
             interval=0.01,
         )
         gate.set()
-        wait_for(lambda: len(run.acknowledged) >= half + 2, timeout=120, interval=0.01)
+        wait_for(lambda: len(run.acknowledged) >= half + 2, timeout=WAIT_S, interval=0.01)
         run.acked_before_kill = len(run.acknowledged) - 1  # the large file not counted
         run.killed_at = time.monotonic()
         a.kill()
