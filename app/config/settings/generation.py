@@ -61,7 +61,7 @@ class GenerationSettings(Section):
         "llama-cpp", description="'fake' streams a canned grounded answer."
     )
     fake_token_delay_s: float = Field(
-        0.0, ge=0.0, le=5.0, description="Pause per token of the 'fake' generator (demos, tests)."
+        0.0, ge=0.0, le=30.0, description="Pause per token of the 'fake' generator (demos, tests)."
     )
     generator_model: Path | None = Field(
         None, description="GGUF file of the default model; unset = the bundled model below."
