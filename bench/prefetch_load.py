@@ -1,7 +1,7 @@
 """What prefetch costs a loaded server: tokens/s of real answers under 8 typists and 8 API
 streams, prefetch on against off, rounds alternating, in one run.
 
-    python -m bench.prefetch_load [--typists 8] [--streams 8] [--seconds 120] [--rounds 2]
+    python -m bench.prefetch_load [--typists 8] [--streams 8] [--seconds 240] [--rounds 2]
 
 The golden set's corpus is uploaded once; each round starts ``ragdesk serve`` on that data
 twice, with ``RAGDESK_PREFETCH`` on and off (the order alternating between rounds). Then,
@@ -12,8 +12,7 @@ sending ``POST /api/prefetch`` at each word's end as the web chat does, then ask
 same way. Counted: the "token" events of every answer received within the window, per
 second, and the answers finished in it; and the server's prefetch outcomes. On 2 cores
 the first minutes are mostly prefill (16 answers of ~500 prompt tokens each), hence the
-long window. The bar (issue #27): with prefetch on, within
-5 % of off.
+long window. The bar (issue #27): with prefetch on, within 5 % of off.
 """
 
 from __future__ import annotations
