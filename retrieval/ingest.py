@@ -758,7 +758,11 @@ class IngestWorker:
         document_id, parsed, chunks = item.document_id, item.document, item.chunks
         try:
             stored = self.store.replace_content(
-                document_id, parsed, chunks, holder=self.leases.replica
+                document_id,
+                parsed,
+                chunks,
+                holder=self.leases.replica,
+                lease_s=self.leases.lease_s,
             )
             # What the parse left out stays on the document, indexed or not (its ``error``).
             note = " ".join(parsed.warnings) or None

@@ -263,6 +263,7 @@ class DocumentStore:
         chunks: Sequence[ChunkSpan],
         *,
         holder: str | None = None,
+        lease_s: float | None = None,
     ) -> StoredChunks:
         """Store pages and chunks, in the order of ``chunks``.
 
@@ -271,7 +272,10 @@ class DocumentStore:
         with its place updated; the rest are new, and passages no longer there go. So
         re-ingesting an unchanged file changes no passage id, and an interrupted run's
         passages are reused rather than duplicated. With a ``holder``, only while that
-        ingestion lease holds the document (``LeaseLost`` otherwise)."""
+        ingestion lease holds the document (``LeaseLost`` otherwise), and the lease renewed
+        for ``lease_s`` as the transaction commits: a large document's passages can take
+        longer to store than a lease lasts, and the holder's own renewals wait behind this
+        transaction's write lock, as another replica's claim does."""
         with self.db.write() as db:
             _still_held(db, document_id, holder)
             held: _Held = defaultdict(deque)
@@ -328,6 +332,11 @@ class DocumentStore:
                     ],
                 )
                 ids.append(int(cursor.lastrowid or 0))
+            if holder is not None and lease_s is not None:
+                conn.execute(
+                    "UPDATE documents SET claimed_until = ? WHERE id = ? AND claimed_by = ?",
+                    [time.time() + lease_s, document_id, holder],
+                )
         return StoredChunks(ids, frozenset(i for i in kept if i is not None))
 
     def save_embeddings(

@@ -27,7 +27,14 @@ from retrieval.ingest import IngestConfig, IngestWorker
 from retrieval.leases import HANDOVER_FILE, Leases, replica_id
 from retrieval.library import Library
 from retrieval.store import DocumentStore
-from retrieval.types import DocumentKind, DocumentStatus
+from retrieval.types import (
+    Block,
+    ChunkSpan,
+    DocumentKind,
+    DocumentStatus,
+    ParsedDocument,
+    ParsedPage,
+)
 from tests.conftest import add_key, add_user, fake_settings, logs_captured, wait_for
 from tests.retrieval_kit import Kit, make_kit
 from tests.server import ServerProcess
@@ -193,6 +200,29 @@ def test_an_expired_lease_is_taken_over_and_a_renewed_one_is_not(
     assert held_by(db)[renewed][0] == "a"
     assert a.renew([expiring, renewed], now=t + 62) == {renewed}  # it knows it lost one
     assert b.claim(renewed, now=t + 163)  # a stopped renewing that one too
+
+
+def test_storing_the_passages_renews_the_lease_as_it_commits(
+    connect: Callable[[], Database],
+) -> None:
+    """A large document's passages can take longer to store than a lease lasts, and the
+    holder's renewals wait behind that transaction's write lock, as another's claim does:
+    the transaction renews the lease itself, so the claim that gets the lock next fails."""
+    db = connect()
+    (document_id,) = add_documents(db, 1)
+    a = Leases(db, lease_s=60, replica="a")
+    b = Leases(connect(), lease_s=60, replica="b")
+    assert a.claim(document_id, now=time.time() - 100)  # ran out while the passages were stored
+    page = "The meal allowance abroad is 45 euros a day."
+    DocumentStore(db).replace_content(
+        document_id,
+        ParsedDocument("Travel", (ParsedPage(1, (Block(page),)),)),
+        [ChunkSpan(1, 0, len(page), page, None)],
+        holder="a",
+        lease_s=a.lease_s,
+    )
+    assert not b.claim(document_id)
+    assert held_by(db)[document_id][0] == "a"
 
 
 def test_claim_next_takes_the_oldest_free_document_and_skips_finished_ones(
