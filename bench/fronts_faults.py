@@ -84,6 +84,11 @@ STREAM_READ_S = 60.0  # a stream's read timeout: longer than any pause between t
 # Each embedding call of the kill scenario's fronts takes this long, so the front killed
 # mid-way through the large file is still embedding it however fast the machine is.
 KILL_EMBED_DELAY_S = 0.3
+# Each token of A's and B's fake answers in the kill scenario takes this long: A's answers
+# (~330 s) outlast every wait before the kill, which cuts them; B's (~66 s) are still
+# streaming at the kill, from first token to kill being a few seconds more than A's first
+# token (10 s), and end well within the scenario's wait for them.
+KILL_TOKEN_DELAYS_S = (10.0, 2.0)
 WAIT_S = 600.0  # the most any step of a scenario waits for the one before: a bound, not a speed
 
 
@@ -422,11 +427,7 @@ def kill_during_work(
             assert upload_once(http, a, name, data, ids) is None
         run.acknowledged[ids[0]], run.expected[ids[0]] = name, expected_passages(name, data)
         # Its passages stored, their vectors being computed: the kill leaves a partial set.
-        wait_for(
-            lambda: held_by(database_url, pid).get(ids[0]) == "embedding",
-            timeout=WAIT_S,
-            interval=0.01,
-        )
+        wait_for(lambda: embedding_on(database_url, pid, ids[0]), timeout=WAIT_S, interval=0.01)
         gate.set()
         wait_for(lambda: len(run.acknowledged) >= half + 2, timeout=WAIT_S, interval=0.01)
         run.acked_before_kill = len(run.acknowledged) - 1  # the large file not counted
@@ -451,6 +452,24 @@ def kill_during_work(
     run.documents = passages(database_url)
     run.indexing_runs = indexing_runs(fronts)
     return run
+
+
+def embedding_on(database_url: str, pid: int, document_id: int) -> bool:
+    """Whether the process ``pid`` is embedding the document under its lease; an error
+    once it cannot be any more (another front took it, or it is done), rather than a wait
+    until the bound."""
+    if held_by(database_url, pid).get(document_id) == "embedding":
+        return True
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT status, claimed_by FROM documents WHERE id = %s", [document_id]
+        ).fetchone()
+    status, holder = row if row is not None else ("deleted", None)
+    if status not in ("queued", "parsing", "embedding") or (
+        holder is not None and f":{pid}:" not in holder
+    ):
+        raise AssertionError(f"document {document_id} is {status}, held by {holder}, not {pid}")
+    return False
 
 
 def all_indexed(database_url: str, run: KillRun) -> bool:
@@ -710,8 +729,8 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="ragdesk-faults-") as tmp:
             url = pg.fresh_database()
-            # A's answers never end on their own (~100 s); B's take ~17 s.
-            with two_fronts(Path(tmp) / "kill", url, (3.0, 0.5), KILL_EMBED_DELAY_S) as fronts:
+            kill_root = Path(tmp) / "kill"
+            with two_fronts(kill_root, url, KILL_TOKEN_DELAYS_S, KILL_EMBED_DELAY_S) as fronts:
                 kill = kill_during_work(fronts, url, args.uploads, args.streams, args.big)
             url = pg.fresh_database()
             with two_fronts(Path(tmp) / "rolling", url, (0.05, 0.05)) as fronts:

@@ -17,6 +17,7 @@ import pytest
 
 from bench.fronts_faults import (
     KILL_EMBED_DELAY_S,
+    KILL_TOKEN_DELAYS_S,
     KillRun,
     RollingRun,
     kill_during_work,
@@ -43,11 +44,9 @@ def fresh_database(pg_server: Any) -> Iterator[str]:
 def killed(tmp_path_factory: pytest.TempPathFactory, pg_server: Any) -> KillRun:
     """One kill scenario for this module's three tests to judge."""
     root = tmp_path_factory.mktemp("kill")
-    # A's answers would take ~330 s, longer than any wait before the kill on a slow
-    # machine (the kill cuts them), B's ~17 s.
     with (
         fresh_database(pg_server) as url,
-        two_fronts(root, url, (10.0, 0.5), KILL_EMBED_DELAY_S) as fronts,
+        two_fronts(root, url, KILL_TOKEN_DELAYS_S, KILL_EMBED_DELAY_S) as fronts,
     ):
         return kill_during_work(fronts, url, UPLOADS, STREAMS, big=20_000)
 
