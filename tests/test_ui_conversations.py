@@ -57,6 +57,16 @@ def test_rename_pin_export_and_delete_a_conversation(page: Any, server: SignedIn
     assert page.locator("#conversation-list", has_text="Uploading").count() == 0
 
 
+def finished(page: Any, text: str) -> None:
+    """Wait for the answer holding ``text`` to be finished, so stored: its streamed text
+    shows before that, and a reload in between would show the question unanswered."""
+    page.wait_for_function(
+        "t => [...document.querySelectorAll('#messages article.msg.assistant:not(.streaming)')]"
+        ".some(a => a.innerText.includes(t))",
+        arg=text,
+    )
+
+
 def test_regenerate_and_edit_and_resend(page: Any, server: SignedInServer) -> None:
     model = server.model
     model.enqueue(["First answer [1]."])
@@ -64,9 +74,7 @@ def test_regenerate_and_edit_and_resend(page: Any, server: SignedInServer) -> No
     answered(page, "How do I upload files here?", "First answer")
     model.enqueue(["Second answer [1]."])
     page.locator("article.msg.assistant .regenerate-button").last.click()
-    page.wait_for_function(
-        "() => document.querySelector('#messages').innerText.includes('Second answer')"
-    )
+    finished(page, "Second answer")
     assert "First answer" not in page.locator("#messages").inner_text()
     page.reload()
     assert "Second answer" in page.locator("#messages").inner_text()
@@ -79,9 +87,7 @@ def test_regenerate_and_edit_and_resend(page: Any, server: SignedInServer) -> No
     form.locator("textarea").fill("How do I upload documents, edited?")
     form.locator("button[type=submit]").click()
     page.click("#confirm-ok")  # the app's own dialog: "Resend this question?"
-    page.wait_for_function(
-        "() => document.querySelector('#messages').innerText.includes('Edited answer')"
-    )
+    finished(page, "Edited answer")
     page.reload()
     text = page.locator("#messages").inner_text()
     assert "How do I upload documents, edited?" in text and "Edited answer" in text
