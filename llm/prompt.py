@@ -35,6 +35,9 @@ class Turn:
     answer: str = ""  # exactly what the model generated; empty for the turn being asked
     sources: tuple[Source, ...] = ()  # listed with this turn: new to the conversation
     refers: tuple[int, ...] = ()  # numbers of earlier-listed sources that apply again
+    # The earlier questions a follow-up leans on ("What about Heron Court?" after "Where
+    # is the fire assembly point for Kestrel House?"), oldest first; shown right before it.
+    follows: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,18 @@ def source_line(source: Source, inert: Neutralizer) -> str:
     return f"[{source.number}] {title} (page {source.page}): {text}"
 
 
+def format_question(turn: Turn, inert: Neutralizer, question: str) -> str:
+    """``Question: …``, after the earlier questions it follows up, if any, each flattened
+    onto one line and neutralised. A small model reads "What about Heron Court?" as the
+    fire assembly point's question far more often with the question it continues beside
+    it than several hundred tokens of sources above (docs/BENCHMARKS.md)."""
+    if not turn.follows:
+        return f"Question: {question}"
+    label = "Previous question" if len(turn.follows) == 1 else "Previous questions"
+    earlier = " / ".join(one_line(asked, inert) for asked in turn.follows)
+    return f"{label}: {earlier}\nQuestion: {question}"
+
+
 def one_line(text: str, inert: Neutralizer) -> str:
     """Untrusted text neutralised and flattened onto one line."""
     return " ".join(inert(text).split())
@@ -134,7 +149,7 @@ def format_guidance(guidance: Guidance, inert: Neutralizer) -> str:
 class CompletionFormat:
     """Plain-text layout for base models that have no chat template."""
 
-    stop = ("\nQuestion:", "\nSources:", "\n[")
+    stop = ("\nQuestion:", "\nPrevious question", "\nSources:", "\n[")
 
     def __init__(self, inert: Neutralizer | None = None):
         self.inert = inert or Neutralizer()
@@ -151,7 +166,8 @@ class CompletionFormat:
 
     def _ask(self, turn: Turn) -> str:
         listed = format_sources(turn, self.inert)
-        return f"Sources:\n{listed}\nQuestion: {one_line(turn.question, self.inert)}\nAnswer:"
+        asked = format_question(turn, self.inert, one_line(turn.question, self.inert))
+        return f"Sources:\n{listed}\n{asked}\nAnswer:"
 
 
 class ChatTemplateFormat:
@@ -194,7 +210,8 @@ class ChatTemplateFormat:
 
     def _ask(self, turn: Turn) -> str:
         listed = format_sources(turn, self.inert)
-        return f"Sources:\n{listed}\n\nQuestion: {self.inert(turn.question)}"
+        asked = format_question(turn, self.inert, self.inert(turn.question))
+        return f"Sources:\n{listed}\n\n{asked}"
 
 
 def build_prompt(
@@ -206,9 +223,11 @@ def build_prompt(
     token_budget: int,
     count_tokens: TokenCount,
     guidance: Guidance = (),
+    follows: Sequence[str] = (),
 ) -> Prompt:
     """Lay out this turn after the earlier ones and fit it into ``token_budget``;
-    ``guidance`` follows the rules in the system text (:func:`format_guidance`).
+    ``guidance`` follows the rules in the system text (:func:`format_guidance`);
+    ``follows``: the earlier questions this one follows up (:attr:`Turn.follows`).
 
     ``sources`` arrive best first, unnumbered; each gets the number its key had earlier in
     the conversation, or the next free one. Over budget: drop the oldest turns (the cache
@@ -230,7 +249,7 @@ def build_prompt(
         listed = {s.key: s for t in kept for s in t.sources if s.key}
         new = tuple(s for s in numbered if s.key not in listed)
         refers = tuple(s.number for s in numbered if s.key in listed)
-        turn = Turn(question, "", new, refers)
+        turn = Turn(question, "", new, refers, tuple(follows))
         text = prompt_format.render(_resolved(kept), turn, guidance)
         if count_tokens(text) <= token_budget:
             citable = {s.number: s for t in (*kept, turn) for s in t.sources}

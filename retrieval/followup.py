@@ -46,6 +46,7 @@ _ASKING_WORDS = """what which who whom whose when where why how is are was were 
 _QUESTION_WORDS = frozenset(_ASKING_WORDS.split())
 MIN_OWN_TERMS = 2  # a question with fewer key terms than this leans on the last turn
 MAX_CARRIED_TERMS = 12  # the last turn's key terms carried into the query, at most
+MAX_FOLLOWED = 3  # earlier questions shown with a follow-up, at most
 
 
 def conversation_query(questions: Sequence[str]) -> str:
@@ -68,6 +69,21 @@ def search_query(question: str, earlier: Sequence[str]) -> str:
     if not carried:
         return question
     return f"{question} ({' '.join(carried[:MAX_CARRIED_TERMS])})"
+
+
+def followed(questions: Sequence[str]) -> tuple[str, ...]:
+    """The earlier questions the last of ``questions`` (oldest first) follows up, oldest
+    first: none for a question of its own; for a follow-up, the one before, and before
+    that back to the last question of its own ("What time is lunch served?", "And
+    breakfast?" for "And on Sundays?"), at most :data:`MAX_FOLLOWED`."""
+    if len(questions) < 2 or not is_follow_up(questions[-1]):
+        return ()
+    chain: list[str] = []
+    for earlier in reversed(questions[:-1]):
+        chain.append(earlier)
+        if len(chain) == MAX_FOLLOWED or not is_follow_up(earlier):
+            break
+    return tuple(reversed(chain))
 
 
 def is_follow_up(question: str) -> bool:

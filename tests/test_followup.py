@@ -12,8 +12,10 @@ from litestar.testing import TestClient
 from app.chat.service import DoneEvent, ReadingEvent
 from llm.backend import FakeBackend
 from retrieval.followup import (
+    MAX_FOLLOWED,
     asks_about_the_last_answer,
     conversation_query,
+    followed,
     is_follow_up,
     prefer_cited,
     refers_back,
@@ -69,6 +71,21 @@ def test_a_chain_of_follow_ups_keeps_the_first_subject() -> None:
     ]
     assert "volcano" in conversation_query(questions) and "Norway" in conversation_query(questions)
     assert conversation_query(questions[:1]) == questions[0]  # a first question is as asked
+
+
+def test_a_follow_up_is_shown_with_the_questions_it_leans_on() -> None:
+    lunch, breakfast = "What time is lunch served at The Larder?", "And breakfast?"
+    assert followed([lunch]) == ()  # a first question
+    assert followed([lunch, "Where is the fire assembly point for Kestrel House?"]) == ()
+    assert followed([lunch, breakfast]) == (lunch,)
+    # A chain goes back to the last question of its own, and no further.
+    assert followed(["Who is the CEO of Larchmere?", lunch, breakfast, "And on Sundays?"]) == (
+        lunch,
+        breakfast,
+    )
+    chain = [lunch] + [f"And {day}?" for day in ("Monday", "Tuesday", "Friday", "Sunday")]
+    assert len(followed(chain)) == MAX_FOLLOWED
+    assert followed(chain) == tuple(chain[-1 - MAX_FOLLOWED : -1])
 
 
 def test_a_first_question_is_never_changed() -> None:
@@ -130,6 +147,18 @@ def test_chat_retrieves_a_follow_up_with_its_subject_and_stores_the_query(tmp_pa
     assert done.message.context is not None and done.message.context.query == searched[1]
     stored = chat.conversations.messages(conversation_id)[-1]
     assert stored.context is not None and stored.context.query == searched[1]  # read back
+    # The model reads the follow-up with the question it continues; the next turn's prompt
+    # extends this one, the line included (the cached prefix holds).
+    follow_up = generator.history[-1].prompt
+    assert follow_up.endswith(
+        "Previous question: How many days of leave do staff get?\nQuestion: Is it paid?\nAnswer:"
+    )
+    asyncio.run(collect(chat, "Who approves it?", conversation_id))
+    assert generator.history[-1].prompt.startswith(follow_up)
+    assert generator.history[-1].prompt.endswith(
+        "Previous questions: How many days of leave do staff get? / Is it paid?\n"
+        "Question: Who approves it?\nAnswer:"
+    )
 
 
 @pytest.fixture
@@ -177,6 +206,10 @@ def test_grounded_v1_searches_a_follow_up_with_the_earlier_questions(api: TestCl
     message = response.json()["choices"][0]["message"]
     assert message["query"] == "On which level is it? (visitors park)"
     assert "level two" in model.history[-1].prompt
+    # The model reads the question it continues right before it.
+    assert model.history[-1].prompt.endswith(
+        "Previous question: Where do visitors park?\nQuestion: On which level is it?\nAnswer:"
+    )
 
 
 CONVERSATIONS = (

@@ -77,12 +77,14 @@ class Grounding:
         earlier: Mapping[int, Citation] | None = None,
         answer_tokens: int,
         guidance: Guidance = (),
+        follows: Sequence[str] = (),
     ) -> Grounding:
         """The prompt for ``question`` over ``hits`` after ``history``, fitted to the
         backend's context less ``answer_tokens``; ``earlier`` are the citations of the
         sources earlier turns listed; ``guidance``: the searched collections' instructions
-        (in the system text, neutralised like the sources). Raises ``PromptTooLong`` and
-        ``ChatTemplateFailed``."""
+        (in the system text, neutralised like the sources); ``follows``: the earlier
+        questions a follow-up leans on (``retrieval.followup.followed``). Raises
+        ``PromptTooLong`` and ``ChatTemplateFailed``."""
         sources = [Source(0, hit.title, hit.page, hit.text, key=hit.chunk_id) for hit in hits]
         prompt = build_prompt(
             backend.prompt_format,
@@ -92,6 +94,7 @@ class Grounding:
             token_budget=backend.context_tokens - answer_tokens,
             count_tokens=backend.count_tokens,
             guidance=guidance,
+            follows=follows,
         )
         shown = {**(earlier or {}), **{hit.chunk_id: citation_of(hit) for hit in hits}}
         return cls(prompt, shown)

@@ -72,6 +72,7 @@ class Chat(Protocol):
         turns: list[tuple[Message, Message]],
         hits: list[Hit],
         scope: frozenset[int] | None = None,
+        asked_as: str | None = None,
     ) -> Grounding: ...
 
 
@@ -254,7 +255,9 @@ class Prefetcher:
         if not found:
             return None
         hits = self.listed_like(before, found)
-        grounding: Grounding = chat.grounding(backend, _QUESTION_MARK, turns, hits, scope)
+        grounding: Grounding = chat.grounding(
+            backend, _QUESTION_MARK, turns, hits, scope, asked_as=draft
+        )
         text = grounding.prompt.text
         at = text.find(_QUESTION_MARK)
         if at <= 0:

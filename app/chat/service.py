@@ -36,7 +36,12 @@ from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
 from retrieval.collections import Workspaces
 from retrieval.focus import focus
-from retrieval.followup import asks_about_the_last_answer, conversation_query, prefer_cited
+from retrieval.followup import (
+    asks_about_the_last_answer,
+    conversation_query,
+    followed,
+    prefer_cited,
+)
 from retrieval.search import Retriever
 from retrieval.types import Hit
 
@@ -483,25 +488,33 @@ class ChatService:
         turns: list[tuple[Message, Message]],
         hits: list[Hit],
         scope: frozenset[int] | None = None,
+        asked_as: str | None = None,
     ) -> Grounding:
         """This turn's prompt after the earlier turns, which repeat the sources they were
         shown (so their numbers stay citable), with the instructions of the collections
-        of ``scope`` (the conversation's)."""
+        of ``scope`` (the conversation's); a follow-up with the questions it leans on
+        (``retrieval.followup.followed``, of ``asked_as`` when the prompt's question is
+        a stand-in: a prefetch's marker for its draft)."""
         earlier = {
             s.citation.chunk_id: s.citation
             for _, answered in turns
             if answered.context
             for s in answered.context.sources
         }
+        asked = [q.content for q, _ in turns]
         try:
             return Grounding.build(
                 backend,
                 question=question,
                 hits=hits,
-                history=[_turn(asked, answered) for asked, answered in turns],
+                history=[
+                    _turn(q, answered, followed(asked[: i + 1]))
+                    for i, (q, answered) in enumerate(turns)
+                ],
                 earlier=earlier,
                 answer_tokens=self.config.max_answer_tokens,
                 guidance=self.guidance(scope),
+                follows=followed([*asked, question if asked_as is None else asked_as]),
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc
@@ -578,16 +591,17 @@ def _cited_as_written(progress: _Progress, partial: str) -> tuple[Citation, ...]
     return () if grounding is None or not partial else grounding.cited_as_written(partial)
 
 
-def _turn(asked: Message, answered: Message) -> Turn:
-    """An earlier turn as the model saw it (answers from before m005 have no context)."""
+def _turn(asked: Message, answered: Message, follows: tuple[str, ...]) -> Turn:
+    """An earlier turn as the model saw it (answers from before m005 have no context),
+    with the questions it followed up."""
     context = answered.context
     if context is None:
-        return Turn(asked.content, answered.content)
+        return Turn(asked.content, answered.content, follows=follows)
     sources = tuple(
         Source(s.citation.number, s.citation.title, s.citation.page, s.text, s.citation.chunk_id)
         for s in context.sources
     )
-    return Turn(asked.content, context.answer, sources, context.refers)
+    return Turn(asked.content, context.answer, sources, context.refers, follows)
 
 
 def _context(

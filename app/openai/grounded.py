@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import msgspec
@@ -55,6 +55,7 @@ from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
 from llm.params import TextDelta, Usage
 from llm.prompt import PromptTooLong, Turn, demonstrated
 from llm.repetition import RepetitionGuard
+from retrieval.followup import followed
 from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,10 @@ def _question_and_history(messages: list[ChatMessage]) -> tuple[str, list[Turn]]
             pending = None
     if pending is not None:
         history.append(Turn(pending))
-    return question, history
+    asked = [turn.question for turn in history]
+    return question, [
+        replace(turn, follows=followed(asked[: i + 1])) for i, turn in enumerate(history)
+    ]
 
 
 @dataclass
@@ -141,6 +145,7 @@ class _Grounded:
                 history=self.history,
                 answer_tokens=self.answer_tokens,
                 guidance=self.guidance,
+                follows=followed([*(turn.question for turn in self.history), self.question]),
             )
         except PromptTooLong as exc:
             raise OpenAIError(str(exc), param="messages", code="context_length_exceeded") from exc
