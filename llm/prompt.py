@@ -65,6 +65,7 @@ EXAMPLE = Turn(
     ),
 )
 NO_SOURCES = "(no relevant sources found)"
+MAX_FOLLOWED_CHARS = 200  # of each earlier question shown with a follow-up
 
 
 def demonstrated(prompt_text: str) -> tuple[str, ...]:
@@ -123,8 +124,17 @@ def format_question(turn: Turn, inert: Neutralizer, question: str) -> str:
     if not turn.follows:
         return f"Question: {question}"
     label = "Previous question" if len(turn.follows) == 1 else "Previous questions"
-    earlier = " / ".join(one_line(asked, inert) for asked in turn.follows)
+    earlier = " / ".join(_clipped(one_line(asked, inert)) for asked in turn.follows)
     return f"{label}: {earlier}\nQuestion: {question}"
+
+
+def _clipped(text: str, limit: int = MAX_FOLLOWED_CHARS) -> str:
+    """``text`` cut at a word before ``limit`` characters, marked with an ellipsis: a long
+    earlier question (a pasted paragraph) must not crowd the sources out of the prompt."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return cut.rstrip() + " …"
 
 
 def one_line(text: str, inert: Neutralizer) -> str:

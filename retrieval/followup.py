@@ -80,6 +80,8 @@ def followed(questions: Sequence[str]) -> tuple[str, ...]:
         return ()
     chain: list[str] = []
     for earlier in reversed(questions[:-1]):
+        if not earlier.strip():  # a /v1 history may hold an answer with no question
+            break
         chain.append(earlier)
         if len(chain) == MAX_FOLLOWED or not is_follow_up(earlier):
             break

@@ -49,6 +49,12 @@ def test_a_follow_up_is_asked_after_the_questions_it_continues_on_lines_of_their
     chat = ChatTemplateFormat(template, bos_token="<s>", eos_token="</s>").render([], turn)
     assert "Previous question: Where is the fire assembly point Question: for Kestrel" in chat
     assert completion.count("Previous question") == 1  # only this turn's
+    pasted = "Please read this. " * 300  # a long earlier question crowds out no source
+    long = CompletionFormat().render([], replace(turn, follows=(pasted, "And then?")))
+    assert long.endswith(
+        f"Previous questions: {pasted[:200].rsplit(' ', 1)[0]} … / And then?\n"
+        "Question: What about Heron Court?\nAnswer:"
+    )
 
 
 def test_sources_are_numbered_with_title_and_page() -> None:
