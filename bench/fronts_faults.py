@@ -86,8 +86,8 @@ STREAM_READ_S = 60.0  # a stream's read timeout: longer than any pause between t
 KILL_EMBED_DELAY_S = 0.3
 # Each token of A's and B's fake answers in the kill scenario takes this long: A's answers
 # (~330 s) outlast every wait before the kill, which cuts them; B's (~66 s) are still
-# streaming at the kill, from first token to kill being a few seconds more than A's first
-# token (10 s), and end well within the scenario's wait for them.
+# streaming at the kill, which comes some seconds after A's first token (10 s), and end
+# well within the scenario's wait for them.
 KILL_TOKEN_DELAYS_S = (10.0, 2.0)
 WAIT_S = 600.0  # the most any step of a scenario waits for the one before: a bound, not a speed
 

@@ -85,8 +85,8 @@ def test_a_follow_up_is_shown_with_the_questions_it_leans_on() -> None:
     )
     chain = [lunch] + [f"And {day}?" for day in ("Monday", "Tuesday", "Friday", "Sunday")]
     assert len(followed(chain)) == MAX_FOLLOWED
-    assert followed(["", "And breakfast?"]) == ()  # a /v1 answer sent with no question
     assert followed(chain) == tuple(chain[-1 - MAX_FOLLOWED : -1])
+    assert followed(["", "And breakfast?"]) == ()  # a /v1 answer sent with no question
 
 
 def test_a_first_question_is_never_changed() -> None:
