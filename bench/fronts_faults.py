@@ -458,18 +458,15 @@ def embedding_on(database_url: str, pid: int, document_id: int) -> bool:
     """Whether the process ``pid`` is embedding the document under its lease; an error
     once it cannot be any more (another front took it, or it is done), rather than a wait
     until the bound."""
-    if held_by(database_url, pid).get(document_id) == "embedding":
-        return True
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
             "SELECT status, claimed_by FROM documents WHERE id = %s", [document_id]
         ).fetchone()
     status, holder = row if row is not None else ("deleted", None)
-    if status not in ("queued", "parsing", "embedding") or (
-        holder is not None and f":{pid}:" not in holder
-    ):
+    ours = holder is not None and f":{pid}:" in holder  # the replica id: retrieval/leases.py
+    if status not in ("queued", "parsing", "embedding") or (holder is not None and not ours):
         raise AssertionError(f"document {document_id} is {status}, held by {holder}, not {pid}")
-    return False
+    return ours and status == "embedding"
 
 
 def all_indexed(database_url: str, run: KillRun) -> bool:
