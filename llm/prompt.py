@@ -133,8 +133,7 @@ def _clipped(text: str, limit: int = MAX_FOLLOWED_CHARS) -> str:
     earlier question (a pasted paragraph) must not crowd the sources out of the prompt."""
     if len(text) <= limit:
         return text
-    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
-    return cut.rstrip() + " …"
+    return text[:limit].rsplit(" ", 1)[0].rstrip() + " …"
 
 
 def one_line(text: str, inert: Neutralizer) -> str:

@@ -88,6 +88,12 @@ def followed(questions: Sequence[str]) -> tuple[str, ...]:
     return tuple(reversed(chain))
 
 
+def followed_each(questions: Sequence[str]) -> list[tuple[str, ...]]:
+    """:func:`followed` for each of ``questions`` (a conversation's, oldest first) in turn:
+    how each turn of a prompt is laid out."""
+    return [followed(questions[: i + 1]) for i in range(len(questions))]
+
+
 def is_follow_up(question: str) -> bool:
     """Whether ``question`` leans on the turn before it for its subject."""
     if asks_about_the_last_answer(question):

@@ -39,7 +39,7 @@ from retrieval.focus import focus
 from retrieval.followup import (
     asks_about_the_last_answer,
     conversation_query,
-    followed,
+    followed_each,
     prefer_cited,
 )
 from retrieval.search import Retriever
@@ -502,19 +502,20 @@ class ChatService:
             for s in answered.context.sources
         }
         asked = [q.content for q, _ in turns]
+        *laid_out, follows = followed_each([*asked, question if asked_as is None else asked_as])
         try:
             return Grounding.build(
                 backend,
                 question=question,
                 hits=hits,
                 history=[
-                    _turn(q, answered, followed(asked[: i + 1]))
-                    for i, (q, answered) in enumerate(turns)
+                    _turn(q, answered, turn_follows)
+                    for (q, answered), turn_follows in zip(turns, laid_out, strict=True)
                 ],
                 earlier=earlier,
                 answer_tokens=self.config.max_answer_tokens,
                 guidance=self.guidance(scope),
-                follows=followed([*asked, question if asked_as is None else asked_as]),
+                follows=follows,
             )
         except PromptTooLong as exc:
             raise UnprocessableInput(str(exc)) from exc

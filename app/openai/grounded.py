@@ -55,7 +55,7 @@ from llm.chat_format import ChatMessage, ChatPrompt, ChatTemplateFailed
 from llm.params import TextDelta, Usage
 from llm.prompt import PromptTooLong, Turn, demonstrated
 from llm.repetition import RepetitionGuard
-from retrieval.followup import followed
+from retrieval.followup import followed, followed_each
 from retrieval.types import Hit
 
 log = logging.getLogger(__name__)
@@ -118,9 +118,9 @@ def _question_and_history(messages: list[ChatMessage]) -> tuple[str, list[Turn]]
             pending = None
     if pending is not None:
         history.append(Turn(pending))
-    asked = [turn.question for turn in history]
+    laid_out = followed_each([turn.question for turn in history])
     return question, [
-        replace(turn, follows=followed(asked[: i + 1])) for i, turn in enumerate(history)
+        replace(turn, follows=follows) for turn, follows in zip(history, laid_out, strict=True)
     ]
 
 
