@@ -9,11 +9,12 @@ before Enter is the question less its last word. For each golden question (factu
 off-topic) each such draft of three words or more is prepared as a prefetch would be
 (retrieved for, the grounded prompt laid out up to the question, each draft keeping the
 order of the one before where ``keep_order``), then the finished question is retrieved
-for and its prompt laid out as the answer's would be. Counted in the default model's
-tokens: what the answer still has to prefill after Enter when the last draft's prefix is
-cached (everything from the first byte where the two prompts differ), and how often the
-answer's prompt starts with that whole prefix. "Without a prefetch": the whole prompt past
-the rules, which every answer finds cached.
+for and its prompt laid out as the answer's would be, the last draft taken as read in full
+(``keep_passages`` keeps one of its passages that still qualifies only then). Counted in
+the default model's tokens: what the answer still has to prefill after Enter when the last
+draft's prefix is cached (everything from the first byte where the two prompts differ),
+and how often the answer's prompt starts with that whole prefix. "Without a prefetch":
+the whole prompt past the rules, which every answer finds cached.
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ from bench.answers import DATA, MODELS_DIR, questions_of, scratch_chat
 from llm.backend import Backend
 from llm.models import DEFAULT_MODEL, bundled_model
 
-LAYOUTS = {"best first": False, "as the draft listed them (default)": True}
+# passages listed: (keep the draft's order, keep one passage of its that still qualifies)
+LAYOUTS = {
+    "best first": (False, False),
+    "as the draft listed them": (True, False),
+    "as the draft listed them, one that still qualifies kept (default)": (True, True),
+}
 
 
 def main() -> None:
@@ -65,15 +71,19 @@ def _measure(settings: Settings, questions: list[str]) -> list[str]:
         backend = chat.models.get(chat.default_model)
         rules = _rules(chat, backend)
         rows = []
-        for layout, keep_order in LAYOUTS.items():
-            prefetcher = Prefetcher(chat, enabled=True, keep_order=keep_order)
+        for layout, (keep_order, keep_passages) in LAYOUTS.items():
+            prefetcher = Prefetcher(
+                chat, enabled=True, keep_order=keep_order, keep_passages=keep_passages
+            )
             full, left, cold = 0, [], []
             for question in questions:
                 last = _typed(prefetcher, question)
                 if last is None:
                     continue
-                _, hits = chat.search_turn(question, [], None)
-                listed = prefetcher.listed_like(last, hits)
+                query, hits = chat.search_turn(question, [], None)
+                # as the answer would when the draft's prompt was read in full before Enter
+                still = chat.qualifying(query, None) if keep_passages else []
+                listed = prefetcher.listed_like(last, hits, still)
                 final = chat.grounding(backend, question, [], listed).prompt.text
                 full += final.startswith(last.prefix)
                 shared = _shared_start(last.prefix, final)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest.mock import Mock
@@ -12,11 +13,12 @@ from unittest.mock import Mock
 import pytest
 from litestar.testing import TestClient
 
-from app.chat.prefetch import Drafted, Prefetcher
+from app.chat.prefetch import Drafted, Prefetcher, asker_key
 from app.chat.service import DoneEvent
 from llm.backend import FakeBackend
+from llm.channel import Completion
 from llm.local import LocalModel
-from llm.params import CompletionRequest, Finished, Overloaded, SamplingParams
+from llm.params import CompletionRequest, Finished, Overloaded, SamplingParams, Usage
 from retrieval.types import Hit
 from tests.conftest import add_user, fake_model, login, upload, wait_for, wait_indexed
 from tests.retrieval_kit import make_kit
@@ -170,13 +172,23 @@ def test_a_draft_in_someone_elses_conversation_is_refused(client: TestClient[Any
     assert refused.status_code == 404
 
 
-def _hit(chunk_id: int) -> Hit:
-    return Hit(chunk_id, 1, "Policy", 1, 0, 10, f"passage {chunk_id}", 1.0 / chunk_id)
+def _hit(chunk_id: int, start: int = 0) -> Hit:
+    return Hit(chunk_id, 1, "Policy", 1, start, 10, f"passage {chunk_id}", 1.0 / chunk_id)
+
+
+def _drafted(*chunk_ids: int) -> Drafted:
+    return Drafted("prefix", FakeBackend(), None, listed=tuple(_hit(c) for c in chunk_ids))
+
+
+def ordered(chat: Any, asker: str, conversation_id: int, first_turn: bool, hits: list[Hit]) -> Any:
+    """The answer's ``hits`` laid out as its asker's last draft listed them."""
+    prefetcher = chat.prefetcher
+    return prefetcher.listed_like(prefetcher.last_draft(asker, conversation_id, first_turn), hits)
 
 
 def test_an_answer_lists_its_own_passages_in_the_order_its_draft_listed_them() -> None:
     prefetcher = Prefetcher(Mock(), enabled=True)
-    drafted = Drafted("prefix", FakeBackend(), None, listed=(5, 9, 3))
+    drafted = _drafted(5, 9, 3)
     answers = [_hit(3), _hit(7), _hit(5)]  # the answer's own search, best first
     listed = prefetcher.listed_like(drafted, answers)
     # the same passages (9, found by the draft only, is not added), those the draft listed
@@ -185,6 +197,85 @@ def test_an_answer_lists_its_own_passages_in_the_order_its_draft_listed_them() -
     prefetcher.keep_order = False  # RAGDESK_PREFETCH_KEEPS_ORDER=false: always best first
     assert prefetcher.listed_like(drafted, answers) == answers
     assert Prefetcher(Mock(), enabled=True).listed_like(None, answers) == answers
+
+
+def test_an_answer_keeps_one_passage_its_draft_read_that_still_qualifies() -> None:
+    prefetcher = Prefetcher(Mock(), enabled=True, keep_passages=True)
+    drafted = _drafted(5, 9, 8, 3)
+    answers = [_hit(3), _hit(7), _hit(5)]  # its own top k: 9 and 8 fell just below it
+    still = [_hit(3), _hit(8), _hit(5), _hit(9), _hit(7)]  # its top 2k
+    listed = prefetcher.listed_like(drafted, answers, still)
+    # the draft's first passage the answer lacks keeps its place; one at most, so 8 goes
+    assert [hit.chunk_id for hit in listed] == [5, 9, 3, 7]
+    assert listed[1] is drafted.listed[1]  # as the draft read it
+    # one that no longer qualifies, or is no longer the passage the draft read, goes
+    assert [h.chunk_id for h in prefetcher.listed_like(drafted, answers, still[:3])] == [5, 8, 3, 7]
+    moved = [_hit(9, start=40), _hit(8, start=40)]
+    assert [h.chunk_id for h in prefetcher.listed_like(drafted, answers, moved)] == [5, 3, 7]
+    assert prefetcher.listed_like(drafted, answers) == [answers[2], answers[0], answers[1]]
+
+
+def test_qualifying_passages_are_looked_for_only_when_the_draft_was_read_in_full() -> None:
+    prefetcher = Prefetcher(Mock(), enabled=True, keep_passages=True)
+    answers = [_hit(3), _hit(5)]
+    unread = _drafted(5, 9, 3)
+    assert not prefetcher.may_keep(unread, answers)  # nothing of it is known to be cached
+    reading = Completion()
+    assert not prefetcher.may_keep(replace(unread, prefetch=reading), answers)
+    reading.push(Finished("stop", Usage(40, 0, 0), "fake"))
+    read = replace(unread, prefetch=reading)
+    assert prefetcher.may_keep(read, answers)
+    assert not prefetcher.may_keep(read, [*answers, _hit(9)])  # the answer has them all
+    assert not prefetcher.may_keep(None, answers)
+    cancelled = Completion()
+    cancelled.push(Finished("cancelled", Usage(40, 0, 0), "fake"))
+    assert not prefetcher.may_keep(replace(unread, prefetch=cancelled), answers)
+    prefetcher.keep_passages = False  # RAGDESK_PREFETCH_KEEPS_PASSAGES=false, the default
+    assert not prefetcher.may_keep(read, answers)
+
+
+LEAVE_NOTES = [
+    "# Carrying leave over\n\nStaff may carry five days of leave into the next year.",
+    "# Parental leave\n\nParents get sixteen weeks of leave, on full pay for the first ten.",
+    "# Unpaid leave\n\nUnpaid leave of up to three months needs the manager's approval.",
+]
+
+
+@pytest.mark.parametrize("keep_passages", [True, False])
+def test_an_answer_whose_question_drops_a_drafted_passage_reads_only_what_is_new(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_passages: bool
+) -> None:
+    generator = FakeBackend()
+    kit = make_kit(tmp_path)
+    chat = service(kit, generator)
+    worker = kit.worker(chat.retriever.index)
+    for n, text in enumerate(LEAVE_NOTES):
+        document, _ = kit.library.submit(
+            data=text.encode(), filename=f"leave-{n}.md", collection_id=kit.collection_id
+        )
+        worker.ingest(document.id)
+    chat.prefetcher.keep_passages = keep_passages
+    draft = "How many days of leave"
+    assert asyncio.run(chat.prefetcher.draft(asker_key(), draft, None)) == "started"
+    [prefetched] = generator.prefetched
+    _, drafted = chat.search_turn(draft, [], None)
+    assert len(drafted) >= 2
+    own_search = chat.search_turn
+
+    def search_turn(question: str, turns: Any, scope: Any) -> tuple[str, list[Hit]]:
+        query, _ = own_search(question, turns, scope)
+        # the finished question ranks the draft's first passage just below its top k
+        return query, drafted[1:]
+
+    monkeypatch.setattr(chat, "search_turn", search_turn)
+    events = asyncio.run(collect(chat, "How many days of leave do staff get?"))
+    assert isinstance(events[-1], DoneEvent)
+    prompt = generator.history[-1].prompt
+    dropped = " ".join(drafted[0].text.split())  # as a prompt lists it, on one line
+    assert dropped in prefetched.prompt
+    # kept, the prompt is the prefetched one and the question; without, it is read anew
+    assert prompt.startswith(prefetched.prompt) is keep_passages
+    assert (dropped in prompt) is keep_passages
 
 
 def test_a_drafts_order_is_kept_by_one_answer_in_its_own_conversation_only(
@@ -198,14 +289,14 @@ def test_a_drafts_order_is_kept_by_one_answer_in_its_own_conversation_only(
     def drafted_then(conversation_id: int, first_turn: bool) -> list[Hit]:
         draft = asyncio.run(chat.prefetcher.draft(asker, "How many days of leave", None))
         assert draft == "started"
-        return chat.prefetcher.in_drafted_order(asker, conversation_id, first_turn, hits)
+        return ordered(chat, asker, conversation_id, first_turn, hits)
 
     # typed where a new conversation starts: the draft's passages first, as it listed them
     assert drafted_then(7, first_turn=True) == [*drafted, hits[0]]
-    assert chat.prefetcher.in_drafted_order(asker, 7, True, hits[::-1]) == hits[::-1]  # used
+    assert ordered(chat, asker, 7, True, hits[::-1]) == hits[::-1]  # used
     # a draft typed in a new conversation does not order an answer in an older one
     assert drafted_then(7, first_turn=False) == hits
-    assert chat.prefetcher.in_drafted_order("user:2", 7, True, hits[::-1]) == hits[::-1]
+    assert ordered(chat, "user:2", 7, True, hits[::-1]) == hits[::-1]
 
 
 def test_the_listings_kept_for_answers_are_bounded(
@@ -218,5 +309,5 @@ def test_the_listings_kept_for_answers_are_bounded(
     _, found = chat.search_turn("How many days of leave", [], None)
     hits = [_hit(99), *found]
     # the oldest asker's listing went; the two newest still order their answers
-    assert chat.prefetcher.in_drafted_order("user:1", 7, True, hits) == hits
-    assert chat.prefetcher.in_drafted_order("user:3", 7, True, hits) == [*found, hits[0]]
+    assert ordered(chat, "user:1", 7, True, hits) == hits
+    assert ordered(chat, "user:3", 7, True, hits) == [*found, hits[0]]

@@ -13,10 +13,16 @@ or out of the top few: listed best first, the prompt would then differ from the 
 passage that moved. So the answer's own passages (found by its own search, exactly as
 without a prefetch) are listed in the order its asker's last prefetch listed those of them
 it had, the rest after, best first (``keep_order``, ``RAGDESK_PREFETCH_KEEPS_ORDER``): the
-same passages, and half the prompt left to read (docs/BENCHMARKS.md). With it off, the
-answer's prompt never depends on a prefetch. Either way its output can change only as far
-as any reuse of cached cells rounds differently (docs/BENCHMARKS.md). Drafts are neither
-stored nor logged: only counted.
+same passages, and half the prompt left to read (docs/BENCHMARKS.md). A passage the draft
+listed that the finished question ranks just below its top k would still split the prompt
+where it stood; when the draft's prompt was read in full and the finished question still
+ranks that passage in its top 2k above the relevance floor, one such passage is kept where
+it was (``keep_passages``, ``RAGDESK_PREFETCH_KEEPS_PASSAGES``): the answer reads its own
+passages and that one, and only its new ones are left to prefill (off by default until
+its answers are measured). With keeping the order off, the answer's prompt never depends
+on a prefetch. Either way its output can change only as far as any reuse of cached cells
+rounds differently (docs/BENCHMARKS.md). Drafts are neither stored nor logged: only
+counted.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from app.auth.access import current_user_id
@@ -65,6 +71,8 @@ class Chat(Protocol):
         scope: frozenset[int] | None,
     ) -> tuple[str, list[Hit]]: ...
 
+    def qualifying(self, query: str, scope: frozenset[int] | None) -> list[Hit]: ...
+
     def grounding(
         self,
         backend: Backend,
@@ -84,6 +92,7 @@ REMEMBERED = 64  # prefetched prompt prefixes kept to recognise their use
 MAX_AGE = 600.0  # seconds: a prefix older than this counts as wasted
 MAX_ASKERS = 1024  # askers whose last prefetch's listing is kept for their answer, at most
 DEADLINE_S = 120.0
+MAX_KEPT = 1  # passages an answer keeps from its draft beyond its own top k
 _QUESTION_MARK = "RAGDESKDRAFTQUESTIONRAGDESK"  # stands in for the question in the prompt
 
 # outcome ("started", "used", "wasted", "skipped": nothing to prefetch, "busy": the engine
@@ -100,12 +109,20 @@ def asker_key() -> str:
 
 @dataclass(frozen=True)
 class Drafted:
-    """A draft's prompt up to its question, where it was typed, and what it listed."""
+    """A draft's prompt up to its question, where it was typed, what it listed, and the
+    prefetch that reads it (None until submitted)."""
 
     prefix: str
     backend: Backend
     conversation_id: int | None  # None: a new conversation
-    listed: tuple[int, ...]  # chunk ids, in the order the prompt lists them
+    listed: tuple[Hit, ...]  # the passages as the prompt lists them, in its order
+    prefetch: Completion | None = None
+
+    @property
+    def read_in_full(self) -> bool:
+        """Whether its prefetch has read the whole prefix into the KV cache."""
+        ended = self.prefetch.finished if self.prefetch is not None else None
+        return ended is not None and ended.reason == "stop"
 
 
 class Prefetcher:
@@ -113,11 +130,18 @@ class Prefetcher:
     of recent ones, to tell used from wasted when a real answer starts."""
 
     def __init__(
-        self, chat: Chat, *, enabled: bool, keep_order: bool = True, count: Count | None = None
+        self,
+        chat: Chat,
+        *,
+        enabled: bool,
+        keep_order: bool = True,
+        keep_passages: bool = False,
+        count: Count | None = None,
     ):
         self.chat = chat
         self.enabled = enabled
         self.keep_order = keep_order
+        self.keep_passages = keep_passages
         self.count = count or (lambda outcome, tokens: None)
         # asker -> the prefix its prefetch in flight computes, and that prefetch
         self._running: dict[str, tuple[str, Completion]] = {}
@@ -181,7 +205,7 @@ class Prefetcher:
             self.count("busy", 0)
             return "skipped"
         self._running[asker] = (prefix, completion)
-        self._keep_listed(asker, drafted)
+        self._keep_listed(asker, replace(drafted, prefetch=completion))
         self._remember(prefix)
         self.count("started", 0)
         task = asyncio.get_running_loop().create_task(self._forget(asker, completion))
@@ -197,30 +221,48 @@ class Prefetcher:
             del self._prefixes[prefix]
         return bool(used)
 
-    def in_drafted_order(
-        self, asker: str, conversation_id: int, first_turn: bool, hits: Sequence[Hit]
-    ) -> list[Hit]:
-        """An answer's own ``hits`` (best first) in the order the last prefetch of
-        ``asker`` listed those of them it had, the rest after them, best first; as they
-        are when keeping the order is off, or that prefetch was for another conversation
+    def last_draft(self, asker: str, conversation_id: int, first_turn: bool) -> Drafted | None:
+        """The last prefetch of ``asker``, to lay out the answer it was typed for; None when
+        keeping the order is off, or that prefetch was for another conversation
         (``first_turn``: the answer's conversation has no earlier turn, so a draft typed
-        where a new conversation would start counts) or is stale. Each prefetch orders one
+        where a new conversation would start counts) or is stale. Each prefetch lays out one
         answer at most."""
         drafted, started = self._listed.pop(asker, (None, 0.0))
-        if drafted is None or time.monotonic() - started > MAX_AGE:
-            return list(hits)
+        if not self.keep_order or drafted is None or time.monotonic() - started > MAX_AGE:
+            return None
         where = drafted.conversation_id
         if where != conversation_id and not (where is None and first_turn):
-            return list(hits)
-        return self.listed_like(drafted, hits)
+            return None
+        return drafted
 
-    def listed_like(self, drafted: Drafted | None, hits: Sequence[Hit]) -> list[Hit]:
-        """``hits`` with those ``drafted`` listed first, as it listed them (keep_order)."""
+    def may_keep(self, drafted: Drafted | None, hits: Sequence[Hit]) -> bool:
+        """Whether the passages that still qualify for the answer are worth finding: the
+        draft listed one the answer's own ``hits`` lack, and its prompt is read in full."""
+        if not self.keep_passages or drafted is None or not drafted.read_in_full:
+            return False
+        found = {hit.chunk_id for hit in hits}
+        return any(hit.chunk_id not in found for hit in drafted.listed)
+
+    def listed_like(
+        self, drafted: Drafted | None, hits: Sequence[Hit], still: Sequence[Hit] = ()
+    ) -> list[Hit]:
+        """``hits`` (best first) with those ``drafted`` listed first, as it listed them,
+        the rest after them, best first (``keep_order``). Of the passages it listed that
+        ``hits`` lack, the first ``MAX_KEPT`` that are ``still`` found (the answer's top
+        2k: ``Chat.qualifying``) keep their place, as the draft read them."""
         if not self.keep_order or drafted is None:
             return list(hits)
         found = {hit.chunk_id: hit for hit in hits}
-        kept = [found[chunk] for chunk in drafted.listed if chunk in found]
-        listed = set(drafted.listed)
+        qualifying = {hit.chunk_id: hit for hit in still}
+        kept: list[Hit] = []
+        spare = MAX_KEPT
+        for hit in drafted.listed:
+            if hit.chunk_id in found:
+                kept.append(found[hit.chunk_id])
+            elif spare and _same_passage(hit, qualifying.get(hit.chunk_id)):
+                kept.append(hit)
+                spare -= 1
+        listed = {hit.chunk_id for hit in drafted.listed}
         return kept + [hit for hit in hits if hit.chunk_id not in listed]
 
     def prepare(
@@ -262,8 +304,7 @@ class Prefetcher:
         at = text.find(_QUESTION_MARK)
         if at <= 0:
             return None
-        listed = tuple(hit.chunk_id for hit in hits)
-        return Drafted(text[:at].rstrip(" "), backend, conversation_id, listed)
+        return Drafted(text[:at].rstrip(" "), backend, conversation_id, tuple(hits))
 
     async def _forget(self, asker: str, completion: Completion) -> None:
         """Once a prefetch ends (done or cancelled), it no longer stands in the way."""
@@ -289,3 +330,15 @@ class Prefetcher:
         ):
             self._prefixes.popitem(last=False)
             self.count("wasted", 0)
+
+
+def _same_passage(drafted: Hit, now: Hit | None) -> bool:
+    """Whether ``now`` is the passage ``drafted`` was when its draft listed it (a chunk
+    whose text changed is stored anew, under another id)."""
+    return now is not None and (
+        drafted.document_id,
+        drafted.title,
+        drafted.page,
+        drafted.start,
+        drafted.end,
+    ) == (now.document_id, now.title, now.page, now.start, now.end)

@@ -65,6 +65,7 @@ class ChatConfig:
     check_answers: bool = True  # ask the model whether the cited passages state the answer
     prefetch: bool = True  # prefill the prompt of a draft question (app/chat/prefetch.py)
     prefetch_keeps_order: bool = True  # an answer lists its passages as its draft did
+    prefetch_keeps_passages: bool = False  # and keeps one its draft read that still qualifies
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str | None = None) -> ChatConfig:
@@ -81,6 +82,7 @@ class ChatConfig:
             check_answers=settings.generation.check_answers,
             prefetch=settings.generation.prefetch,
             prefetch_keeps_order=settings.generation.prefetch_keeps_order,
+            prefetch_keeps_passages=settings.generation.prefetch_keeps_passages,
         )
 
 
@@ -161,7 +163,10 @@ class ChatService:
         self._answering: set[int] = set()
         self.running = RunningAnswers()  # what the Stop button can cancel
         self.prefetcher = Prefetcher(
-            self, enabled=config.prefetch, keep_order=config.prefetch_keeps_order
+            self,
+            enabled=config.prefetch,
+            keep_order=config.prefetch_keeps_order,
+            keep_passages=config.prefetch_keeps_passages,
         )
         self.on_finished: ListenerFactory | None = None  # e.g. app.usage's recorder
 
@@ -238,6 +243,15 @@ class ChatService:
         if not config.passage_chars:
             return result.hits
         return focus(query, result.hits, self.retriever.embedder, config.passage_chars)
+
+    def qualifying(self, query: str, collection_ids: frozenset[int] | None) -> list[Hit]:
+        """The passages that would still qualify for ``query``: its top 2k over the same
+        collections, none below the relevance floor (a passage a draft listed may stay in
+        the answer: ``app.chat.prefetch``)."""
+        config = self.config
+        return self.retriever.search(
+            query, 2 * config.top_k, min_score=config.min_score, collection_ids=collection_ids
+        ).hits
 
     def search_turn(
         self,
@@ -329,9 +343,12 @@ class ChatService:
         )
         earlier = await asyncio.to_thread(self.conversations.earlier_answers, question)
         if not earlier:  # a first answer: its passages as the draft prefetched listed them
-            hits = self.prefetcher.in_drafted_order(
-                asker_key(), question.conversation_id, not turns, hits
-            )
+            prefetcher = self.prefetcher
+            drafted = prefetcher.last_draft(asker_key(), question.conversation_id, not turns)
+            still: list[Hit] = []
+            if prefetcher.may_keep(drafted, hits):
+                still = await asyncio.to_thread(self.qualifying, query, scope)
+            hits = prefetcher.listed_like(drafted, hits, still)
         if not hits:
             progress.context = TurnContext(NOTHING_FOUND, query=query, scope=searched_in)
             yield TokenEvent(NOTHING_FOUND)
