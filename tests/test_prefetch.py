@@ -200,7 +200,7 @@ def test_an_answer_lists_its_own_passages_in_the_order_its_draft_listed_them() -
 
 
 def test_an_answer_keeps_one_passage_its_draft_read_that_still_qualifies() -> None:
-    prefetcher = Prefetcher(Mock(), enabled=True, keep_passages=True)
+    prefetcher = Prefetcher(Mock(), enabled=True)
     drafted = _drafted(5, 9, 8, 3)
     answers = [_hit(3), _hit(7), _hit(5)]  # its own top k: 9 and 8 fell just below it
     still = [_hit(3), _hit(8), _hit(5), _hit(9), _hit(7)]  # its top 2k
@@ -216,7 +216,7 @@ def test_an_answer_keeps_one_passage_its_draft_read_that_still_qualifies() -> No
 
 
 def test_qualifying_passages_are_looked_for_only_when_the_draft_was_read_in_full() -> None:
-    prefetcher = Prefetcher(Mock(), enabled=True, keep_passages=True)
+    prefetcher = Prefetcher(Mock(), enabled=True)
     answers = [_hit(3), _hit(5)]
     unread = _drafted(5, 9, 3)
     assert not prefetcher.may_keep(unread, answers)  # nothing of it is known to be cached
@@ -230,7 +230,7 @@ def test_qualifying_passages_are_looked_for_only_when_the_draft_was_read_in_full
     cancelled = Completion()
     cancelled.push(Finished("cancelled", Usage(40, 0, 0), "fake"))
     assert not prefetcher.may_keep(replace(unread, prefetch=cancelled), answers)
-    prefetcher.keep_passages = False  # RAGDESK_PREFETCH_KEEPS_PASSAGES=false, the default
+    prefetcher.keep_passages = False  # RAGDESK_PREFETCH_KEEPS_PASSAGES=false
     assert not prefetcher.may_keep(read, answers)
 
 

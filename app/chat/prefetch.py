@@ -18,11 +18,11 @@ listed that the finished question ranks just below its top k would still split t
 where it stood; when the draft's prompt was read in full and the finished question still
 ranks that passage in its top 2k above the relevance floor, one such passage is kept where
 it was (``keep_passages``, ``RAGDESK_PREFETCH_KEEPS_PASSAGES``): the answer reads its own
-passages and that one, and only its new ones are left to prefill (off by default until
-its answers are measured). With keeping the order off, the answer's prompt never depends
-on a prefetch. Either way its output can change only as far as any reuse of cached cells
-rounds differently (docs/BENCHMARKS.md). Drafts are neither stored nor logged: only
-counted.
+passages and that one, and only its new ones are left to prefill (as often right on the
+golden sets: docs/BENCHMARKS.md). With keeping the order off, the answer's prompt never
+depends on a prefetch. Either way its output can change only as far as any reuse of
+cached cells rounds differently (docs/BENCHMARKS.md). Drafts are neither stored nor
+logged: only counted.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class Prefetcher:
         *,
         enabled: bool,
         keep_order: bool = True,
-        keep_passages: bool = False,
+        keep_passages: bool = True,
         count: Count | None = None,
     ):
         self.chat = chat

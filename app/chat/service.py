@@ -65,7 +65,7 @@ class ChatConfig:
     check_answers: bool = True  # ask the model whether the cited passages state the answer
     prefetch: bool = True  # prefill the prompt of a draft question (app/chat/prefetch.py)
     prefetch_keeps_order: bool = True  # an answer lists its passages as its draft did
-    prefetch_keeps_passages: bool = False  # and keeps one its draft read that still qualifies
+    prefetch_keeps_passages: bool = True  # and keeps one its draft read that still qualifies
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str | None = None) -> ChatConfig:

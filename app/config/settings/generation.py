@@ -228,13 +228,12 @@ class GenerationSettings(Section):
         "prompt never depends on a prefetch.",
     )
     prefetch_keeps_passages: bool = Field(
-        False,
+        True,
         description="With prefetch_keeps_order: when the asker's last prefetched draft was "
         "read in full and listed a passage the finished question ranks below its top k "
         "but still within its top 2k above the relevance floor, the answer keeps that "
         "passage (one at most) where the draft listed it, so only the question's new "
-        "passages are left to prefill (off by default until its answers are measured: "
-        "docs/BENCHMARKS.md); off: an answer reads its own top k only.",
+        "passages are left to prefill; off: an answer reads its own top k only.",
     )
     check_answers: bool = Field(
         True,
