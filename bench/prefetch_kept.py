@@ -74,8 +74,8 @@ async def _answer_both_ways(
         last = _typed(typing, item.question)
         if last is None:
             continue
-        query, hits = chat.search_turn(item.question, [], None)
-        kept = typing.listed_like(last, hits, chat.qualifying(query, None))
+        _, hits = chat.search_turn(item.question, [], None)
+        kept = typing.listed_like(last, hits, chat.qualifying(item.question, [], None))
         if [h.chunk_id for h in kept] == [h.chunk_id for h in typing.listed_like(last, hits)]:
             continue  # the same prompt either way
         order = LAYOUTS if asked % 2 == 0 else LAYOUTS[::-1]

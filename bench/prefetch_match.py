@@ -80,9 +80,9 @@ def _measure(settings: Settings, questions: list[str]) -> list[str]:
                 last = _typed(prefetcher, question)
                 if last is None:
                     continue
-                query, hits = chat.search_turn(question, [], None)
+                _, hits = chat.search_turn(question, [], None)
                 # as the answer would when the draft's prompt was read in full before Enter
-                still = chat.qualifying(query, None) if keep_passages else []
+                still = chat.qualifying(question, [], None) if keep_passages else []
                 listed = prefetcher.listed_like(last, hits, still)
                 final = chat.grounding(backend, question, [], listed).prompt.text
                 full += final.startswith(last.prefix)

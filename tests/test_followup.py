@@ -136,7 +136,12 @@ def test_chat_retrieves_a_follow_up_with_its_subject_and_stores_the_query(tmp_pa
     chat = service(make_kit(tmp_path), generator)
     searched: list[str] = []
     retrieve = chat.retrieve
-    chat.retrieve = lambda query, scope=None: searched.append(query) or retrieve(query, scope)  # type: ignore[method-assign]
+
+    def recording(query: str, scope: frozenset[int] | None = None, k: int | None = None) -> Any:
+        searched.append(query)
+        return retrieve(query, scope, k=k)
+
+    chat.retrieve = recording  # type: ignore[method-assign]
     first = asyncio.run(collect(chat, "How many days of leave do staff get?"))
     conversation_id = first[-1].message.conversation_id
     events = asyncio.run(collect(chat, "Is it paid?", conversation_id))

@@ -226,6 +226,7 @@ def test_qualifying_passages_are_looked_for_only_when_the_draft_was_read_in_full
     read = replace(unread, prefetch=reading)
     assert prefetcher.may_keep(read, answers)
     assert not prefetcher.may_keep(read, [*answers, _hit(9)])  # the answer has them all
+    assert not prefetcher.may_keep(read, [])  # it found nothing: the documents do not cover it
     assert not prefetcher.may_keep(None, answers)
     cancelled = Completion()
     cancelled.push(Finished("cancelled", Usage(40, 0, 0), "fake"))
@@ -262,10 +263,12 @@ def test_an_answer_whose_question_drops_a_drafted_passage_reads_only_what_is_new
     assert len(drafted) >= 2
     own_search = chat.search_turn
 
-    def search_turn(question: str, turns: Any, scope: Any) -> tuple[str, list[Hit]]:
-        query, _ = own_search(question, turns, scope)
+    def search_turn(
+        question: str, turns: Any, scope: Any, k: int | None = None
+    ) -> tuple[str, list[Hit]]:
+        query, found = own_search(question, turns, scope, k=k)
         # the finished question ranks the draft's first passage just below its top k
-        return query, drafted[1:]
+        return (query, found) if k else (query, drafted[1:])
 
     monkeypatch.setattr(chat, "search_turn", search_turn)
     events = asyncio.run(collect(chat, "How many days of leave do staff get?"))

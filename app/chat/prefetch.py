@@ -71,7 +71,12 @@ class Chat(Protocol):
         scope: frozenset[int] | None,
     ) -> tuple[str, list[Hit]]: ...
 
-    def qualifying(self, query: str, scope: frozenset[int] | None) -> list[Hit]: ...
+    def qualifying(
+        self,
+        question: str,
+        turns: list[tuple[Message, Message]],
+        scope: frozenset[int] | None,
+    ) -> list[Hit]: ...
 
     def grounding(
         self,
@@ -237,8 +242,9 @@ class Prefetcher:
 
     def may_keep(self, drafted: Drafted | None, hits: Sequence[Hit]) -> bool:
         """Whether the passages that still qualify for the answer are worth finding: the
-        draft listed one the answer's own ``hits`` lack, and its prompt is read in full."""
-        if not self.keep_passages or drafted is None or not drafted.read_in_full:
+        draft listed one the answer's own ``hits`` lack, and its prompt is read in full. An
+        answer that found nothing keeps nothing: it says the documents do not cover it."""
+        if not self.keep_passages or drafted is None or not drafted.read_in_full or not hits:
             return False
         found = {hit.chunk_id for hit in hits}
         return any(hit.chunk_id not in found for hit in drafted.listed)

@@ -232,38 +232,47 @@ class ChatService:
             else:
                 self._answering.discard(question.id)
 
-    def retrieve(self, query: str, collection_ids: frozenset[int] | None = None) -> list[Hit]:
+    def retrieve(
+        self, query: str, collection_ids: frozenset[int] | None = None, *, k: int | None = None
+    ) -> list[Hit]:
         """The passages a question is answered from (every door retrieves through here,
-        with the question's standalone query: ``retrieval.followup``): the top k over the
-        collections given (None: the retriever's own scope), none below the relevance floor."""
+        with the question's standalone query: ``retrieval.followup``): the top k (``k``:
+        another depth) over the collections given (None: the retriever's own scope), none
+        below the relevance floor."""
         config = self.config
         result = self.retriever.search(
-            query, config.top_k, min_score=config.min_score, collection_ids=collection_ids
+            query, k or config.top_k, min_score=config.min_score, collection_ids=collection_ids
         )
         if not config.passage_chars:
             return result.hits
         return focus(query, result.hits, self.retriever.embedder, config.passage_chars)
-
-    def qualifying(self, query: str, collection_ids: frozenset[int] | None) -> list[Hit]:
-        """The passages that would still qualify for ``query``: its top 2k over the same
-        collections, none below the relevance floor (a passage a draft listed may stay in
-        the answer: ``app.chat.prefetch``)."""
-        config = self.config
-        return self.retriever.search(
-            query, 2 * config.top_k, min_score=config.min_score, collection_ids=collection_ids
-        ).hits
 
     def search_turn(
         self,
         question: str,
         turns: list[tuple[Message, Message]],
         scope: frozenset[int] | None,
+        *,
+        k: int | None = None,
     ) -> tuple[str, list[Hit]]:
         """What a question asked after ``turns`` is searched for (``retrieval.followup``),
-        and the passages found: for one about the last answer ("How high is it?", "And
-        the lowest?"), those of the documents it cited (``prefer_cited``)."""
+        and the passages found (``k``: another depth than the top k): for one about the
+        last answer ("How high is it?", "And the lowest?"), those of the documents it cited
+        (``prefer_cited``)."""
         cited = {c.document_id for c in turns[-1][1].citations} if turns else set()
-        return self.search_after([asked.content for asked, _ in turns], question, cited, scope)
+        asked = [asked.content for asked, _ in turns]
+        return self.search_after(asked, question, cited, scope, k=k)
+
+    def qualifying(
+        self,
+        question: str,
+        turns: list[tuple[Message, Message]],
+        scope: frozenset[int] | None,
+    ) -> list[Hit]:
+        """The passages that still qualify for ``question``: what its own search finds at
+        twice the depth, 2k, narrowed alike (a passage its draft listed may stay in its
+        answer: ``app.chat.prefetch``)."""
+        return self.search_turn(question, turns, scope, k=2 * self.config.top_k)[1]
 
     def search_after(
         self,
@@ -271,13 +280,15 @@ class ChatService:
         question: str,
         last_cited: Collection[int],
         scope: frozenset[int] | None,
+        *,
+        k: int | None = None,
     ) -> tuple[str, list[Hit]]:
         """``search_turn`` for any door: ``asked`` are the questions before (oldest first),
         ``last_cited`` the documents the last answer cited (grounded ``/v1`` remembers
         them: ``app.chat.cited_answers``). What the search found (the caller's readable
         collections only) may be narrowed: nothing is added."""
         query = conversation_query([*asked, question])
-        hits = self.retrieve(query, scope)
+        hits = self.retrieve(query, scope, k=k)
         if asked and last_cited and asks_about_the_last_answer(question):
             hits = prefer_cited(hits, last_cited, question)
         return query, hits
@@ -347,7 +358,7 @@ class ChatService:
             drafted = prefetcher.last_draft(asker_key(), question.conversation_id, not turns)
             still: list[Hit] = []
             if prefetcher.may_keep(drafted, hits):
-                still = await asyncio.to_thread(self.qualifying, query, scope)
+                still = await asyncio.to_thread(self.qualifying, question.content, turns, scope)
             hits = prefetcher.listed_like(drafted, hits, still)
         if not hits:
             progress.context = TurnContext(NOTHING_FOUND, query=query, scope=searched_in)
