@@ -14,25 +14,19 @@ the other's prompt cached.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from app.chat.prefetch import Prefetcher, asker_key
 from app.chat.quality import AnswerScore, report
 from app.chat.service import ChatService
-from app.config.settings import Settings
 from app.documents.answer_eval import ask_all
-from app.documents.ingest_command import run_ingest
-from bench.answers import DATA, MODELS_DIR, questions_of, scratch_chat
-from bench.prefetch_match import _typed
+from bench.answers import questions_of, scratch_chat
+from bench.prefetch_match import ingested_sets, typed_last_draft
 from llm.channel import Completion
-from llm.models import DEFAULT_MODEL, bundled_model
 from llm.params import Finished, Usage
 from retrieval.evaluation import GoldenQuestion
 
@@ -40,21 +34,11 @@ LAYOUTS = ("its own top k", "one passage of the draft kept")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", nargs="+", default=["handbook", "factbook"])
-    parser.add_argument("--limit", type=int, help="first N factual questions per set")
-    args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="ragdesk-prefetch-kept-") as scratch:
-        for name in args.sets:
-            model = bundled_model(MODELS_DIR, DEFAULT_MODEL)
-            settings = Settings(data_dir=Path(scratch) / name, generator_model=model)
-            corpus = [DATA / name / "corpus"]
-            if run_ingest(settings, corpus, collection="default", batch_documents=16):
-                raise SystemExit(f"ingesting {name} failed")
-            with scratch_chat(settings) as chat:
-                scores = asyncio.run(_answer_both_ways(chat, questions_of(name, args.limit)))
-            rows += [_row(name, layout, scores[layout]) for layout in LAYOUTS]
+    for name, settings, limit in ingested_sets(__doc__, "ragdesk-prefetch-kept-"):
+        with scratch_chat(settings) as chat:
+            scores = asyncio.run(_answer_both_ways(chat, questions_of(name, limit)))
+        rows += [_row(name, layout, scores[layout]) for layout in LAYOUTS]
     print(
         "\n| set | answer's passages | questions whose prompt the kept passage changes "
         "| factual right | off-topic declined | cited passages holding the answer |"
@@ -71,7 +55,7 @@ async def _answer_both_ways(
     scores: dict[str, list[AnswerScore]] = {layout: [] for layout in LAYOUTS}
     asked = 0
     for item in items:
-        last = _typed(typing, item.question)
+        last = typed_last_draft(typing, item.question)
         if last is None:
             continue
         _, hits = chat.search_turn(item.question, [], None)

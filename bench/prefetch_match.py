@@ -23,6 +23,7 @@ import argparse
 import os
 import statistics
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,26 +45,34 @@ LAYOUTS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", nargs="+", default=["handbook", "factbook"])
-    parser.add_argument("--limit", type=int, help="first N factual questions per set")
-    args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="ragdesk-prefetch-match-") as scratch:
-        for name in args.sets:
-            model = bundled_model(MODELS_DIR, DEFAULT_MODEL)
-            settings = Settings(data_dir=Path(scratch) / name, generator_model=model)
-            corpus = [DATA / name / "corpus"]
-            if run_ingest(settings, corpus, collection="default", batch_documents=16):
-                raise SystemExit(f"ingesting {name} failed")
-            questions = [q.question for q in questions_of(name, args.limit)]
-            rows += [f"| {name} | {row}" for row in _measure(settings, questions)]
+    for name, settings, limit in ingested_sets(__doc__, "ragdesk-prefetch-match-"):
+        questions = [q.question for q in questions_of(name, limit)]
+        rows += [f"| {name} | {row}" for row in _measure(settings, questions)]
     print(
         "\n| set | passages listed | questions | whole prefetch reused "
         "| left to prefill after Enter, tokens p50 / mean | without a prefetch p50 / mean |"
     )
     print("| --- " * 6 + "|")
     print("\n".join(rows))
+
+
+def ingested_sets(doc: str | None, prefix: str) -> Iterator[tuple[str, Settings, int | None]]:
+    """The golden sets named by ``--sets`` (a benchmark's command line, described by the
+    first paragraph of its ``doc``), each ingested into a scratch folder with the default
+    model: its name, settings, and ``--limit``."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--sets", nargs="+", default=["handbook", "factbook"])
+    parser.add_argument("--limit", type=int, help="first N factual questions per set")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        for name in args.sets:
+            model = bundled_model(MODELS_DIR, DEFAULT_MODEL)
+            settings = Settings(data_dir=Path(scratch) / name, generator_model=model)
+            corpus = [DATA / name / "corpus"]
+            if run_ingest(settings, corpus, collection="default", batch_documents=16):
+                raise SystemExit(f"ingesting {name} failed")
+            yield name, settings, args.limit
 
 
 def _measure(settings: Settings, questions: list[str]) -> list[str]:
@@ -77,7 +86,7 @@ def _measure(settings: Settings, questions: list[str]) -> list[str]:
             )
             full, left, cold = 0, [], []
             for question in questions:
-                last = _typed(prefetcher, question)
+                last = typed_last_draft(prefetcher, question)
                 if last is None:
                     continue
                 _, hits = chat.search_turn(question, [], None)
@@ -98,7 +107,7 @@ def _measure(settings: Settings, questions: list[str]) -> list[str]:
         return rows
 
 
-def _typed(prefetcher: Prefetcher, question: str) -> Drafted | None:
+def typed_last_draft(prefetcher: Prefetcher, question: str) -> Drafted | None:
     """The last prefetch started while ``question`` is typed: one per word's end."""
     words = question.split()
     drafted = None
