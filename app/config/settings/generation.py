@@ -217,7 +217,8 @@ class GenerationSettings(Section):
         "/api/prefetch), retrieve for the draft and prefill its grounded prompt up to the "
         "question at the lowest priority (only on an idle, loaded model; a real request "
         "waits for one 128-token chunk of it at most), so the answer starts sooner; the "
-        "answer's prompt is the same either way; drafts are not stored.",
+        "answer reads its own passages either way (one more at most: "
+        "prefetch_keeps_passages); drafts are not stored.",
     )
     prefetch_keeps_order: bool = Field(
         True,
