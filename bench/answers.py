@@ -83,10 +83,12 @@ def scratch_chat(settings: Settings) -> Iterator[ChatService]:
         db.close()
 
 
-def row(name: str, model: str, result: AnswerReport) -> str:
-    def share(value: float | None) -> str:
-        return "–" if value is None else f"{value:.2f}"
+def share(value: float | None) -> str:
+    """A share for a table: two decimals, or a dash where there is none."""
+    return "–" if value is None else f"{value:.2f}"
 
+
+def row(name: str, model: str, result: AnswerReport) -> str:
     ttft = "–" if result.ttft_p50_s is None else f"{result.ttft_p50_s:.2f}"
     ttft95 = "–" if result.ttft_p95_s is None else f"{result.ttft_p95_s:.2f}"
     prefilled = "–" if result.prefilled_tokens_p50 is None else f"{result.prefilled_tokens_p50:.0f}"

@@ -32,7 +32,7 @@ from app.documents.answer_eval import ScratchConversations, ask_conversations
 from app.documents.ingest_command import run_ingest
 from app.metrics import Metrics
 from app.migrations import open_database
-from bench.answers import DATA, MODELS_DIR
+from bench.answers import DATA, MODELS_DIR, share
 from llm.models import DEFAULT_MODEL, bundled_model
 from retrieval.followup_eval import follow_up_recall, load_conversations
 from retrieval.store import DocumentStore
@@ -90,9 +90,9 @@ def main() -> None:
                 followed, alone = result.in_conversation, result.standalone
                 answer_rows.append(
                     f"| {name} | {model} | {followed.factual} | "
-                    f"**{_share(followed.correctness)}** | {_share(alone.correctness)} | "
+                    f"**{share(followed.correctness)}** | {share(alone.correctness)} | "
                     f"{_ratio(followed.correctness, alone.correctness)} | "
-                    f"{_share(followed.false_abstention)} | {_share(alone.false_abstention)} |"
+                    f"{share(followed.false_abstention)} | {share(alone.false_abstention)} |"
                 )
                 print(answer_rows[-1], flush=True)
             db.close()
@@ -106,10 +106,6 @@ def main() -> None:
         )
         print("| --- " * 8 + "|")
         print("\n".join(answer_rows))
-
-
-def _share(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
 
 
 def _ratio(part: float | None, whole: float | None) -> str:

@@ -24,7 +24,7 @@ from app.chat.prefetch import Prefetcher, asker_key
 from app.chat.quality import AnswerScore, report
 from app.chat.service import ChatService
 from app.documents.answer_eval import ask_all
-from bench.answers import questions_of, scratch_chat
+from bench.answers import questions_of, scratch_chat, share
 from bench.prefetch_match import ingested_sets, typed_last_draft
 from llm.channel import Completion
 from llm.params import Finished, Usage
@@ -84,10 +84,6 @@ def _read() -> Completion:
 
 def _row(name: str, layout: str, scores: list[AnswerScore]) -> str:
     result = report(scores)
-
-    def share(value: float | None) -> str:
-        return "–" if value is None else f"{value:.2f}"
-
     return (
         f"| {name} | {layout} | {result.factual}+{result.offtopic} "
         f"| {share(result.correctness)} | {share(result.abstention)} "
