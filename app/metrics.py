@@ -160,6 +160,18 @@ class _BackendGauges(Collector):
                 "Bytes of KV state written to disk.",
                 labels=["model"],
             ),
+            "kv_window_resumes": CounterMetricFamily(
+                "ragdesk_kv_window_resumes",
+                "Prompts whose cached prefix a sliding window had moved past, resumed from "
+                "a checkpoint of the window.",
+                labels=["model"],
+            ),
+            "kv_window_prefills": CounterMetricFamily(
+                "ragdesk_kv_window_prefills",
+                "Prompts whose cached prefix a sliding window had moved past, prefilled "
+                "from the start (no checkpoint within the prefix).",
+                labels=["model"],
+            ),
         }
         for backend in self._loaded():
             stats = backend.stats()

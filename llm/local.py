@@ -47,6 +47,7 @@ class LocalModelConfig:
     max_waiting: int = 64
     max_waiting_tokens: int = 65536
     batch_invariant: bool = False
+    swa_full: bool = True
     kv_disk_dir: Path | None = None
     kv_disk_bytes: int = 0
     kv_disk_min_free_bytes: int = 0
@@ -88,6 +89,8 @@ class LocalModel:
                 n_seq_max=config.parallel + (1 if config.batch_invariant else 0),
                 n_batch=max(config.n_batch, config.prefill_chunk, config.parallel),
                 n_threads=config.n_threads or available_cpus(),
+                # a windowed cache's cells depend on what else runs: not batch-invariant
+                swa_full=config.swa_full or config.batch_invariant,
             )
         )
         disk = None
@@ -173,7 +176,8 @@ def _speculation(config: LocalModelConfig, native: NativeModel) -> Speculation |
         log.warning("model %s: speculative decoding by draft model, but none is set", config.name)
         return None
     else:
-        draft = NativeModel(replace(native.config, model_path=config.draft_model))
+        # full windows: the drafter reuses and cuts its prefixes without checkpoints
+        draft = NativeModel(replace(native.config, model_path=config.draft_model, swa_full=True))
         try:
             check_same_vocabulary(native, draft)
         except Exception:

@@ -101,6 +101,10 @@ class BackendStats:
     kv_disk_hits: int = 0
     kv_disk_misses: int = 0
     kv_disk_bytes_written: int = 0
+    # Sliding-window models: prompts whose cached prefix the window had moved past, resumed
+    # from a checkpoint of the window or prefilled from the start (llm/engine/prefix_cache.py).
+    kv_window_resumes: int = 0
+    kv_window_prefills: int = 0
 
 
 @dataclass(frozen=True)

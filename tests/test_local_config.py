@@ -42,6 +42,7 @@ def test_native_settings_are_passed_on_and_worked_out_values_win() -> None:
         "n_seq_max": 4,
         "n_batch": 80,
         "n_threads": 3,
+        "swa_full": True,  # the setting, or batch_invariant (a windowed cache is not)
     }
     passed = _passed_on(config, NativeConfig, **worked_out)
     assert passed == NativeConfig(**worked_out, **native)

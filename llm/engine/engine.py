@@ -24,6 +24,7 @@ from llm.engine.guard import SamplingFailed
 from llm.engine.kv_disk import KvDiskCache, SavedState
 from llm.engine.prefix_cache import PrefixCache
 from llm.engine.sequence import Seq
+from llm.engine.slots import Checkpoint
 from llm.engine.speculative import Speculation, verify
 from llm.params import (
     BackendStats,
@@ -47,6 +48,10 @@ log = logging.getLogger(__name__)
 # arrives meanwhile waits for one short chunk at most (~1 s for a 1.5B model on 2 cores);
 # measured as fast as 512-token chunks (docs/BENCHMARKS.md, round three).
 BACKGROUND_CHUNK = 128
+# With windowed sliding-window caches, a prompt's prefill stops this many tokens before its
+# end for a checkpoint of the window (llm/engine/prefix_cache.py): the next turn of a chat
+# re-renders the end of this one, and a prefetched prefix may retokenise at its end.
+CHECKPOINT_BEFORE_END = 4
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,8 @@ class Engine:
                 sequences=len(self._cache.slots),
                 kv_cells_used=self._cache.cells_used(),
                 kv_cells=self.native.kv_cells,
+                kv_window_resumes=self._cache.window_resumes,
+                kv_window_prefills=self._cache.window_prefills,
             )
 
     @property
@@ -356,6 +363,9 @@ class Engine:
         if seq.request.prefill_only and not self.config.batch_invariant:  # there: as cold
             chunk = min(chunk, BACKGROUND_CHUNK)
         end = min(len(seq.prompt), (seq.done // chunk + 1) * chunk)
+        mark = len(seq.prompt) - CHECKPOINT_BEFORE_END if n.windowed else 0
+        if seq.done < mark < end:
+            end = mark
         for i in range(seq.done, end):
             n.add(seq.prompt[i], i, seq.slot.seq_id, i == len(seq.prompt) - 1)
         size = end - seq.done
@@ -364,6 +374,8 @@ class Engine:
         seq.slot.tokens.extend(seq.prompt[seq.done : end])
         seq.done = end
         seq.slot.prefilled = end
+        if end == mark:
+            seq.slot.checkpoint = Checkpoint(end, n.window_state(seq.slot.seq_id))
         if not seq.prefilling:
             if seq.request.prefill_only:  # its cells are the point; nothing to generate
                 self._finish(seq, "stop")
@@ -429,7 +441,7 @@ class Engine:
             slot.last_used = time.monotonic()
             if reason == "error":  # a failed decode may have left cells its tokens don't name
                 self.native.seq_remove(slot.seq_id)
-                slot.tokens, slot.prefilled = [], 0
+                slot.forget()
             else:  # drafts checked past a stop: their cells go
                 self.native.seq_remove(slot.seq_id, len(slot.tokens))
             if self._disk and seq.request.cache_key and reason in ("stop", "length"):

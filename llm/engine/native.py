@@ -80,6 +80,10 @@ class NativeConfig:
     flash_attn: str = "auto"
     type_k: str = "f16"
     type_v: str = "f16"
+    # Sliding-window models (Gemma 2/3, gpt-oss): True keeps every token's cells in their
+    # window layers too (llama.cpp's --swa-full); False keeps only the window, as
+    # llama-server does, and a prefix is reusable only where its window is still there.
+    swa_full: bool = True
 
 
 class NativeModel:
@@ -111,7 +115,7 @@ class NativeModel:
         cparams.n_threads = config.n_threads
         cparams.n_threads_batch = config.n_threads
         cparams.kv_unified = True  # one pool of cells: shared prefixes are stored once
-        cparams.swa_full = True  # sliding-window models keep every cell, so prefixes reuse
+        cparams.swa_full = config.swa_full
         cparams.flash_attn_type = FLASH_ATTN[config.flash_attn]
         cparams.type_k = KV_TYPES[config.type_k]
         cparams.type_v = KV_TYPES[config.type_v]
@@ -125,6 +129,10 @@ class NativeModel:
         self.kv_cells = int(C.llama_n_ctx(ctx))
         self.n_ctx_train = int(C.llama_model_n_ctx_train(model))
         self.model_bytes = int(C.llama_model_size(model))
+        # Tokens a sliding-window layer attends to (0: none); with ``windowed`` caches its
+        # cells past the window are overwritten as the sequence goes on.
+        self.n_swa = max(0, int(C.llama_model_n_swa(model)))
+        self.windowed = self.n_swa > 0 and not config.swa_full
         self._batch = C.llama_batch_init(config.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
         try:
@@ -225,15 +233,34 @@ class NativeModel:
     def seq_copy(self, source: int, target: int, end: int) -> None:
         _fast.llama_memory_seq_cp(self.memory, source, target, 0, end)
 
+    def seq_pos_min(self, seq: int) -> int:
+        """The first position ``seq`` still holds in every layer (-1: none); with windowed
+        caches, positions a window has moved past are gone from its layers."""
+        return int(C.llama_memory_seq_pos_min(self.memory, seq))
+
+    def window_state(self, seq: int) -> bytes:
+        """The window layers' cells of ``seq`` (what truncating it cannot give back)."""
+        return self._state(seq, C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+
+    def set_window_state(self, seq: int, state: bytes) -> bool:
+        """Replace the window layers' cells of ``seq``; on False they are gone."""
+        return self._set_state(seq, state, C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+
     def seq_state(self, seq: int) -> bytes:
-        size = int(C.llama_state_seq_get_size(self.ctx, seq))
-        buffer = (ctypes.c_uint8 * size)()
-        written = int(C.llama_state_seq_get_data(self.ctx, buffer, size, seq))
-        return bytes(buffer[:written])
+        return self._state(seq, 0)
 
     def set_seq_state(self, seq: int, state: bytes) -> bool:
+        return self._set_state(seq, state, 0)
+
+    def _state(self, seq: int, flags: int) -> bytes:
+        size = int(C.llama_state_seq_get_size_ext(self.ctx, seq, flags))
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(C.llama_state_seq_get_data_ext(self.ctx, buffer, size, seq, flags))
+        return ctypes.string_at(buffer, written)  # one copy (slicing makes a list of ints)
+
+    def _set_state(self, seq: int, state: bytes, flags: int) -> bool:
         buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        return int(C.llama_state_seq_set_data(self.ctx, buffer, len(state), seq)) > 0
+        return int(C.llama_state_seq_set_data_ext(self.ctx, buffer, len(state), seq, flags)) > 0
 
     # --- sampling ---------------------------------------------------------------------------
     def sampler(self, params: SamplingParams, grammar: str | None) -> TokenSampler:

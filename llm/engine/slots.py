@@ -23,6 +23,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     return i
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """The window layers' cells of a sequence when it held its first ``length`` tokens: a
+    sliding-window model resumes there after a cut its window no longer covers."""
+
+    length: int
+    state: bytes
+
+
 @dataclass
 class Slot(Generic[T]):
     seq_id: int
@@ -30,6 +39,18 @@ class Slot(Generic[T]):
     busy: T | None = None
     last_used: float = 0.0
     prefilled: int = 0  # leading tokens computed by prompt prefill (not by decoding)
+    checkpoint: Checkpoint | None = None  # windowed caches only; its length <= len(tokens)
+
+    def forget(self) -> None:
+        """What the slot holds is gone (its cells were removed)."""
+        self.tokens, self.prefilled, self.checkpoint = [], 0, None
+
+    def cut(self, length: int) -> None:
+        """The slot keeps its first ``length`` tokens (its cells past them were removed)."""
+        del self.tokens[length:]
+        self.prefilled = min(self.prefilled, length)
+        if self.checkpoint is not None and self.checkpoint.length > length:
+            self.checkpoint = None
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,14 @@ class GenerationSettings(Section):
         False,
         description="Pad decode batches so greedy output never depends on load (slower alone).",
     )
+    swa_full: bool = Field(
+        True,
+        description="Sliding-window models (Gemma 2/3, gpt-oss) keep every token's cells in "
+        "their window layers too (llama.cpp's --swa-full); off: only the window, as "
+        "llama-server keeps it (less memory; on 2 CPU cores measured a few % slower), with "
+        "a checkpoint of it before each prompt's last tokens so a prompt that repeats or "
+        "extends the last one still reuses its prefix.",
+    )
     speculative: SpeculativeMethod = Field(
         "off",
         description="Speculative decoding: 'prompt-lookup' drafts by copying from the prompt, "
