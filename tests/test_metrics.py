@@ -71,3 +71,9 @@ def test_the_kv_disk_cache_counters_are_exported(client: TestClient[Any]) -> Non
     text = scrape(client).text
     for name in ("hits", "misses", "written_bytes"):
         assert f"ragdesk_kv_disk_{name}_total{{model=" in text
+
+
+def test_the_sliding_window_counters_are_exported(client: TestClient[Any]) -> None:
+    text = scrape(client).text
+    for name in ("resumes", "prefills"):
+        assert f"ragdesk_kv_window_{name}_total{{model=" in text
