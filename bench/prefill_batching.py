@@ -41,8 +41,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     path = bundled_model(Path(MODEL_DIR))
-    config = NativeConfig(path, kv_cells=8192, n_seq_max=8, n_batch=1024)
-    native = NativeModel(NativeConfig(**{**config.__dict__, "n_threads": available_cpus()}))
+    native = NativeModel(
+        NativeConfig(path, kv_cells=8192, n_seq_max=8, n_batch=1024, n_threads=available_cpus())
+    )
     try:
         prompts = [native.tokenize(p) for p in concurrency_prompts([8])[0]]
         apart, together = [], []

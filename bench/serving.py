@@ -35,7 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -44,6 +44,7 @@ import httpx
 from llm.local import available_cpus
 from llm.models import bundled_model, small_model
 
+T = TypeVar("T")
 MODEL_DIR = Path("data/models")
 CONCURRENCY_TOKENS = 64
 FOLLOW_UP_TOKENS = 32
@@ -261,10 +262,10 @@ def concurrency_prompts(counts: list[int]) -> list[list[str]]:
 
 
 # --- concurrency ---------------------------------------------------------------------------
-def run_clients(requests: list[Callable[[], Stream]]) -> list[Stream]:
+def run_clients(requests: list[Callable[[], T]]) -> list[T]:
     """Run every request on its own thread, all released at once; re-raise any failure."""
     barrier = threading.Barrier(len(requests))
-    results: list[Stream | None] = [None] * len(requests)
+    results: list[T | None] = [None] * len(requests)
     errors: list[BaseException] = []
 
     def client(i: int) -> None:

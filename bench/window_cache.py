@@ -22,15 +22,15 @@ import argparse
 import os
 import resource
 import statistics
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing import get_context
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.serving import MODEL_DIR, machine
+from bench.serving import MODEL_DIR, machine, run_clients
 from llm.models import small_model
 
 TOKENS = 64
@@ -42,8 +42,9 @@ COLOURS = ["red", "blue", "green", "amber"]
 @dataclass(frozen=True)
 class Answer:
     text: str
+    submitted: float  # time.perf_counter()
     ttft_s: float
-    done_s: float
+    done: float  # time.perf_counter()
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
@@ -76,7 +77,7 @@ def load(swa_full: bool) -> None:
     _model = LocalModel(
         LocalModelConfig(name="gemma", path=path, context_tokens=4096, swa_full=swa_full)
     )
-    ask("Warm-up: say hello.", 0.0)  # the first decode allocates
+    ask("Warm-up: say hello.")  # the first decode allocates
 
 
 def close() -> None:
@@ -84,10 +85,11 @@ def close() -> None:
     _model.close()
 
 
-def ask(text: str, start: float) -> Answer:
+def ask(text: str) -> Answer:
     from llm.params import CompletionRequest, Finished, SamplingParams, TextDelta
 
     assert _model is not None
+    start = time.perf_counter()
     first, answer, finished = 0.0, "", None
     for event in _model.submit(CompletionRequest(text, SamplingParams(TOKENS, 0))):
         if isinstance(event, TextDelta):
@@ -100,8 +102,9 @@ def ask(text: str, start: float) -> Answer:
     usage = finished.usage
     return Answer(
         answer,
+        start,
         (first or now) - start,
-        now - start,
+        now,
         usage.prompt_tokens,
         usage.cached_tokens,
         usage.completion_tokens,
@@ -109,20 +112,9 @@ def ask(text: str, start: float) -> Answer:
 
 
 def at_once(prompts: list[str]) -> tuple[list[Answer], float]:
-    answers: list[Answer | None] = [None] * len(prompts)
-    start = time.perf_counter()
-
-    def client(i: int) -> None:
-        answers[i] = ask(prompts[i], start)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    done = [a for a in answers if a is not None]
-    assert len(done) == len(prompts), "a stream failed"
-    return done, max(a.done_s for a in done)
+    """Every prompt on its own thread, released together; the answers and the wall time."""
+    answers = run_clients([partial(ask, p) for p in prompts])
+    return answers, max(a.done for a in answers) - min(a.submitted for a in answers)
 
 
 def one_round(swa_full: bool, items: int) -> RoundResult:

@@ -19,8 +19,8 @@ from llm.params import (
     Finished,
     Overloaded,
     SamplingParams,
-    TextDelta,
 )
+from tests.completions import collect
 
 pytestmark = pytest.mark.real
 
@@ -53,14 +53,7 @@ def invariant() -> Iterator[LocalModel]:
 
 
 def run(model: LocalModel, request: CompletionRequest) -> tuple[str, Finished]:
-    text, finished = "", None
-    for event in model.submit(request):
-        if isinstance(event, TextDelta):
-            text += event.text
-        else:
-            finished = event
-    assert finished is not None
-    return text, finished
+    return collect(model.submit(request))
 
 
 def test_greedy_output_is_the_same_alone_or_batched_with_seven_others(

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from llm.backend import Backend, wait_idle
-from llm.channel import Completion
 from llm.params import (
     CompletionRequest,
     Finished,
@@ -25,6 +24,7 @@ from llm.params import (
     Usage,
 )
 from llm.remote import RemoteBackend
+from tests.completions import collect
 
 WORDS = ["The", " office", " opens", " at", " 8:00", "."]
 
@@ -131,16 +131,6 @@ def backend(upstream: Upstream) -> Iterator[RemoteBackend]:
     remote = RemoteBackend("ragdesk-model", upstream.url, remote_model="org/served-model")
     yield remote
     remote.close()
-
-
-def collect(completion: Completion) -> tuple[str, Finished]:
-    text = ""
-    for event in completion:
-        if isinstance(event, TextDelta):
-            text += event.text
-        else:
-            return text, event
-    raise AssertionError("the stream ended without Finished")
 
 
 def test_streams_text_and_reports_usage_and_model(backend: RemoteBackend) -> None:

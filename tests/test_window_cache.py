@@ -16,7 +16,8 @@ from llm.engine.prefix_cache import PrefixCache
 from llm.engine.slots import Checkpoint
 from llm.local import LocalModel, LocalModelConfig
 from llm.models import small_model
-from llm.params import CompletionRequest, Finished, SamplingParams, TextDelta
+from llm.params import CompletionRequest, Finished, SamplingParams
+from tests.completions import collect
 
 
 @dataclass
@@ -124,13 +125,8 @@ def notes(name: str) -> str:
 
 
 def ask(model: LocalModel, prompt: str, max_tokens: int = 8) -> tuple[str, Finished]:
-    text, finished = "", None
-    for event in model.submit(CompletionRequest(prompt, SamplingParams(max_tokens, 0))):
-        if isinstance(event, TextDelta):
-            text += event.text
-        else:
-            finished = event
-    assert finished is not None and finished.error is None
+    text, finished = collect(model.submit(CompletionRequest(prompt, SamplingParams(max_tokens, 0))))
+    assert finished.error is None
     return text, finished
 
 
