@@ -172,6 +172,11 @@ class _BackendGauges(Collector):
                 "from the start (no checkpoint within the prefix).",
                 labels=["model"],
             ),
+            "prefetch_interrupts": CounterMetricFamily(
+                "ragdesk_prefetch_interrupts",
+                "Prefetch chunks stopped mid-decode by a request they stood in the way of.",
+                labels=["model"],
+            ),
         }
         for backend in self._loaded():
             stats = backend.stats()

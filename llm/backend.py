@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from llm.channel import Completion
 from llm.chat_format import ChatTemplate
@@ -48,6 +48,20 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Prefetching(Protocol):
+    """A backend that may take prefill-only requests (``CompletionRequest.prefill_only``):
+    the local engine and the fake, when ``prefetches``."""
+
+    prefetches: bool
+
+    @property
+    def serving(self) -> bool:
+        """Whether real requests (not prefill-only ones) run or wait: a prefetch would then
+        be refused."""
+        ...
+
+
 _SOURCE_LINE = re.compile(r"^\[1\] [^\n]*?\(page \d+\): ([^\n]+)$", re.MULTILINE)
 
 
@@ -72,8 +86,10 @@ class FakeBackend:
     history: list[CompletionRequest] = field(default_factory=list)
     prefetched: list[CompletionRequest] = field(default_factory=list)  # prefill-only ones
     prefetches: bool = True  # takes prefill-only requests (see ``CompletionRequest``)
+    prefetch_s: float = 0.0  # how long a prefill-only request reads (cancelling ends it)
     _scripted: deque[list[str]] = field(default_factory=deque)
-    _running: int = 0
+    _running: int = 0  # requests streaming, prefill-only ones included
+    _prefetching: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def enqueue(self, tokens: Sequence[str]) -> None:
@@ -90,7 +106,13 @@ class FakeBackend:
         if request.prefill_only:  # a prefetch: recorded, nothing scripted is spent on it
             self.prefetched.append(request)
             done = Completion()
-            done.push(Finished("stop", Usage(prompt_tokens, 0, 0), self.name))
+            if not self.prefetch_s:
+                done.push(Finished("stop", Usage(prompt_tokens, 0, 0), self.name))
+                return done
+            with self._lock:
+                self._running += 1
+                self._prefetching += 1
+            threading.Thread(target=self._prefill, args=(prompt_tokens, done), daemon=True).start()
             return done
         with self._lock:
             self.history.append(request)
@@ -141,12 +163,23 @@ class FakeBackend:
             if self.observer is not None:
                 self.observer.finished(self.name, usage, reason)
 
+    def _prefill(self, prompt: int, out: Completion) -> None:
+        reason: FinishReason = "cancelled" if out.wait_cancelled(self.prefetch_s) else "stop"
+        with self._lock:
+            self._running -= 1
+            self._prefetching -= 1
+        out.push(Finished(reason, Usage(prompt, 0, 0), self.name))
+
     def stats(self) -> BackendStats:
         return BackendStats(self._running, 0, 8, 0, 0)
 
     @property
     def idle(self) -> bool:
         return self._running == 0
+
+    @property
+    def serving(self) -> bool:
+        return self._running > self._prefetching
 
     def close(self) -> None:
         pass

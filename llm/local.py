@@ -146,6 +146,10 @@ class LocalModel:
     def idle(self) -> bool:
         return self.engine.idle
 
+    @property
+    def serving(self) -> bool:
+        return self.engine.serving
+
     def close(self) -> None:
         self.engine.close()
         if self._disk is not None:

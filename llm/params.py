@@ -105,6 +105,8 @@ class BackendStats:
     # from a checkpoint of the window or prefilled from the start (llm/engine/prefix_cache.py).
     kv_window_resumes: int = 0
     kv_window_prefills: int = 0
+    # Prefetches' chunks stopped mid-decode by a request they stood in the way of.
+    prefetch_interrupts: int = 0
 
 
 @dataclass(frozen=True)

@@ -77,3 +77,7 @@ def test_the_sliding_window_counters_are_exported(client: TestClient[Any]) -> No
     text = scrape(client).text
     for name in ("resumes", "prefills"):
         assert f"ragdesk_kv_window_{name}_total{{model=" in text
+
+
+def test_prefetch_chunks_stopped_mid_decode_are_counted(client: TestClient[Any]) -> None:
+    assert 'ragdesk_prefetch_interrupts_total{model="' in scrape(client).text

@@ -17,9 +17,11 @@ from app.chat.prefetch import Drafted, Prefetcher, asker_key
 from app.chat.service import DoneEvent
 from llm.backend import FakeBackend
 from llm.channel import Completion
+from llm.engine.engine import BACKGROUND_CHUNK
 from llm.local import LocalModel
 from llm.params import CompletionRequest, Finished, Overloaded, SamplingParams, Usage
 from retrieval.types import Hit
+from tests.completions import collect as collect_completion
 from tests.conftest import add_user, fake_model, login, upload, wait_for, wait_indexed
 from tests.retrieval_kit import make_kit
 from tests.test_chat import collect, service
@@ -88,6 +90,7 @@ def test_a_real_request_takes_precedence_over_a_prefetch() -> None:
         background = model.submit(
             CompletionRequest(long, SamplingParams(max_tokens=1), prefill_only=True)
         )
+        assert not model.serving  # a prefetch is no real request: a new draft's may replace it
         real = model.submit(CompletionRequest("Once upon a time", GREEDY))
         order: list[str] = []
 
@@ -116,6 +119,84 @@ def test_a_real_request_takes_precedence_over_a_prefetch() -> None:
         model.close()
 
 
+class HeldChunks:
+    """Holds the next prefetch chunk inside ``llama_decode`` (armed for interrupts) until
+    the test has submitted what arrives while it is read."""
+
+    def __init__(self, model: LocalModel):
+        self.engine, self.decode = model.engine, model.native.decode
+        self.reading, self.go = threading.Event(), threading.Event()
+        model.native.decode = self  # type: ignore[method-assign]
+
+    def __call__(self) -> int:
+        if self.engine._reading is not None and not self.go.is_set():
+            self.reading.set()
+            self.go.wait(60)
+        return self.decode()
+
+    def hold(self) -> None:
+        self.go.clear()
+        self.reading.clear()
+
+    def wait(self) -> None:
+        assert self.reading.wait(60)
+
+
+def background(model: LocalModel, prompt: str) -> Completion:
+    return model.submit(CompletionRequest(prompt, SamplingParams(max_tokens=1), prefill_only=True))
+
+
+@pytest.mark.real
+def test_a_request_stops_a_prefetch_chunk_mid_decode_unless_its_prompt_holds_it() -> None:
+    """On 2 cores a 128-token chunk of the 1.5B model reads for 1-4 s. A real request that
+    arrives meanwhile stops it mid-decode when its prompt does not hold the chunk (the cells
+    are removed, the prefetch ends), and lets it finish, then starts from it, when it does.
+    A new prefetch interrupts only a cancelled one: its asker's last draft."""
+    model = load(parallel=3, context_tokens=8192)
+    held = HeldChunks(model)
+    assert model.native.interruptible  # the guard builds wherever the suite does
+    try:
+        held.hold()
+        unrelated = background(model, "\n".join([PASSAGES] * 4))
+        held.wait()
+        real = model.submit(CompletionRequest("Once upon a time", GREEDY))
+        held.go.set()
+        assert collect_completion(unrelated)[1].reason == "cancelled"
+        assert collect_completion(real)[1].reason in ("stop", "length")
+        assert model.stats().prefetch_interrupts == 1
+
+        held.hold()
+        prefetch = background(model, PREFIX)
+        held.wait()  # its first chunk, up to token 128 (only the BOS token is cached)
+        answer = model.submit(CompletionRequest(PREFIX + QUESTIONS[0], GREEDY))
+        held.go.set()
+        _, finished = collect_completion(answer)
+        assert collect_completion(prefetch)[1].reason in ("cancelled", "stop")
+        assert model.stats().prefetch_interrupts == 1  # left to finish: the answer holds it
+        assert finished.usage.cached_tokens >= BACKGROUND_CHUNK
+
+        held.hold()
+        another = background(model, "Chapter one. " * 60)
+        held.wait()
+        askers = background(model, "Chapter two. " * 60)  # someone else's draft: takes turns
+        held.go.set()
+        assert [collect_completion(c)[1].reason for c in (another, askers)] == ["stop", "stop"]
+        assert model.stats().prefetch_interrupts == 1
+
+        held.hold()
+        replaced = background(model, "Chapter three. " * 60)
+        held.wait()
+        replaced.cancel()  # its asker typed on: the next draft's prompt is another
+        replacing = background(model, "Chapter four. " * 60)
+        held.go.set()
+        assert collect_completion(replaced)[1].reason == "cancelled"
+        assert collect_completion(replacing)[1].reason == "stop"
+        assert model.stats().prefetch_interrupts == 2
+    finally:
+        held.go.set()
+        model.close()
+
+
 def test_the_prefetched_prefix_is_the_start_of_the_answers_prompt(tmp_path: Path) -> None:
     generator = FakeBackend()
     chat = service(make_kit(tmp_path), generator)
@@ -130,6 +211,52 @@ def test_the_prefetched_prefix_is_the_start_of_the_answers_prompt(tmp_path: Path
     assert generator.history[-1].prompt.startswith(prefetched.prompt)
     assert [outcome for outcome, _ in counted] == ["started", "used"]
     assert len(generator.history) == 1  # the draft is no request of its own
+
+
+def test_a_draft_typed_while_the_last_ones_prefetch_reads_replaces_it(tmp_path: Path) -> None:
+    """On a CPU a prefetch reads for seconds, longer than a word takes to type. The next
+    draft is not refused as if the model were busy (it is, with that prefetch only): the
+    same prompt goes on, another replaces it. A real request still comes first."""
+    generator = FakeBackend(prefetch_s=60.0)  # reads until cancelled
+    chat = service(make_kit(tmp_path), generator)
+    reading: list[Completion] = []
+    submit = generator.submit
+
+    def recorded(request: CompletionRequest) -> Completion:
+        completion = submit(request)
+        if request.prefill_only:
+            reading.append(completion)
+        return completion
+
+    generator.submit = recorded  # type: ignore[method-assign]
+    prefetcher = chat.prefetcher
+    prepare = prefetcher.prepare
+
+    def prepared(draft: str, *args: Any) -> Drafted | None:
+        drafted = prepare(draft, *args)  # the kit has one passage: each draft its own prompt
+        return drafted and replace(drafted, prefix=f"{drafted.prefix} {draft}")
+
+    prefetcher.prepare = prepared  # type: ignore[method-assign]
+
+    async def typed(draft: str) -> str:
+        return await prefetcher.draft("user:1", draft, None)
+
+    async def typing() -> None:  # one event loop, as in the server: its end cancels reads
+        same, other = "How many days of leave", "How many days of paid leave"
+        assert [await typed(same), await typed(same)] == ["started", "started"]
+        assert len(reading) == 1 and not reading[0].cancelled  # the same prompt: going on
+        assert generator.serving is False and not generator.idle
+        assert await typed(other) == "started"
+        assert len(reading) == 2 and reading[0].cancelled and not reading[1].cancelled
+        # a real request under way: a draft adds nothing
+        generator.token_delay_s = 0.5
+        answer = generator.submit(CompletionRequest("A real question", SamplingParams()))
+        assert generator.serving
+        assert await typed(same) == "skipped"
+        assert len(reading) == 2 and reading[1].cancelled  # the question moved on
+        answer.cancel()
+
+    asyncio.run(typing())
 
 
 def test_short_drafts_and_a_switched_off_prefetcher_do_nothing(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 from app.auth.access import current_user_id
 from app.chat.answering import Grounding
 from app.errors import AppError
+from llm.backend import Prefetching
 from llm.channel import Completion
 from llm.params import CompletionRequest, EngineError, SamplingParams
 
@@ -290,14 +291,16 @@ class Prefetcher:
             scope = scope if scope is not None else conversations.scope_of(conversation_id)
             model = model or chat.model_for(conversation_id)
             turns = conversations.turns(conversation_id)
-        # Only a loaded model, idle, and nobody's answer under way: a draft never loads a
-        # model (loading holds the registry for seconds) nor adds work to a busy server.
+        # Only a loaded model that no real request uses, and nobody's answer under way: a
+        # draft never loads a model (loading holds the registry for seconds) nor adds work
+        # to a busy server. Prefetches alone running do not count: this draft's replaces
+        # its asker's last one, and goes on from what that one read.
         backend = chat.models.if_loaded(
             model or chat.default_model, f"conversation:{conversation_id}"
         )
-        if backend is None or not getattr(backend, "prefetches", False):
+        if not isinstance(backend, Prefetching) or not backend.prefetches:
             return None
-        if chat.answering or not backend.idle:
+        if chat.answering or backend.serving:
             return None
         _, found = chat.search_turn(draft, turns, scope)
         if not found:

@@ -5,6 +5,8 @@ every generating sequence in a single ``llama_decode``, then prefills up to
 ``prefill_chunk`` prompt tokens, oldest request first, one chunk per call: a burst of new
 prompts gets its first tokens out quickly, and a long prompt never stalls the running
 streams for two chunks or more. New requests join between steps and between chunks.
+Prefill-only requests (prefetches) run only while no real request does; one arriving stops
+a prefetch's chunk mid-decode when its prompt does not hold that chunk.
 Callers only touch ``submit`` (tokenise, admission checks, enqueue) and their ``Completion``.
 """
 
@@ -24,7 +26,7 @@ from llm.engine.guard import SamplingFailed
 from llm.engine.kv_disk import KvDiskCache, SavedState
 from llm.engine.prefix_cache import PrefixCache
 from llm.engine.sequence import Seq
-from llm.engine.slots import Checkpoint
+from llm.engine.slots import Checkpoint, common_prefix
 from llm.engine.speculative import Speculation, verify
 from llm.params import (
     BackendStats,
@@ -44,9 +46,11 @@ if TYPE_CHECKING:  # llama.cpp loads only when a model does
 
 log = logging.getLogger(__name__)
 
-# A prefill-only request (prefetch) prefills in chunks this small, so a real request that
-# arrives meanwhile waits for one short chunk at most (~1 s for a 1.5B model on 2 cores);
-# measured as fast as 512-token chunks (docs/BENCHMARKS.md, round three).
+# A prefill-only request (prefetch) prefills in chunks this small (measured as fast as
+# 512-token chunks: docs/BENCHMARKS.md, round three). A real request that arrives while one
+# is read stops it mid-decode when the chunk is no use to it (``NativeModel.interrupt``);
+# where that cannot be done (no guard, or a GPU), it waits for that chunk: 1-4 s for a 1.5B
+# model on 2 cores.
 BACKGROUND_CHUNK = 128
 # With windowed sliding-window caches, a prompt's prefill stops this many tokens before its
 # end for a checkpoint of the window (llm/engine/prefix_cache.py): the next turn of a chat
@@ -110,6 +114,10 @@ class Engine:
         self._waiting: deque[Seq] = deque()
         self._waiting_tokens = 0
         self._wake = threading.Condition()
+        # A prefetch's chunk being decoded, and where it ends (under _wake): what a new
+        # request may interrupt (``_interrupt_for``).
+        self._reading: tuple[Seq, int] | None = None
+        self._interrupts = 0  # prefetch chunks stopped mid-decode
         self._closing = False
         self._grammars = grammars or GrammarCompiler()
         self._compiling = 0  # grammar compiles of this engine still running (under _wake)
@@ -158,8 +166,22 @@ class Engine:
                 raise Overloaded("the model is being unloaded")
             self._waiting.append(seq)
             self._waiting_tokens += len(prompt)
+            self._interrupt_for(seq)
             self._wake.notify()
         return seq.completion
+
+    def _interrupt_for(self, seq: Seq) -> None:
+        """Stop the prefetch chunk being read (under ``_wake``) when it stands in the way of
+        ``seq``: a real request, or a prefetch replacing a cancelled one (its asker's next
+        draft), whose prompt does not hold that chunk. One it holds is left to finish:
+        ``seq`` is seated on it."""
+        if self._reading is None:
+            return
+        reading, end = self._reading
+        if seq.request.prefill_only and not reading.completion.cancelled:
+            return
+        if common_prefix(seq.prompt, reading.prompt, end) < end:
+            self.native.interrupt()
 
     def _sampler(self, request: CompletionRequest) -> TokenSampler:
         """The request's sampler; with a grammar, compiled by ``grammars`` (a deadline and a
@@ -198,12 +220,21 @@ class Engine:
                 kv_cells=self.native.kv_cells,
                 kv_window_resumes=self._cache.window_resumes,
                 kv_window_prefills=self._cache.window_prefills,
+                prefetch_interrupts=self._interrupts,
             )
 
     @property
     def idle(self) -> bool:
         stats = self.stats()
         return stats.running == 0 and stats.waiting == 0
+
+    @property
+    def serving(self) -> bool:
+        """Whether a real request runs or waits: prefetches then yield and new ones are
+        refused. Prefetches alone do not count: a new draft's prefetch replaces its asker's
+        last one (and goes on from what that one read), and other askers' ones take turns."""
+        with self._wake:
+            return self._serving()
 
     def close(self) -> None:
         """Finish nothing new: cancel what runs and waits, stop the thread, free llama.cpp."""
@@ -264,9 +295,14 @@ class Engine:
     def _foreground(self) -> list[Seq]:
         return [s for s in self._running() if not s.request.prefill_only]
 
+    def _serving(self) -> bool:
+        waiting = any(not s.request.prefill_only for s in self._waiting)
+        return waiting or bool(self._foreground())
+
     def _step(self) -> None:
         now = time.monotonic()
-        yielding = bool(self._waiting or self._foreground())  # a real request comes first
+        with self._wake:
+            yielding = self._serving()  # a real request comes first
         for seq in self._running():
             if seq.completion.cancelled or (yielding and seq.request.prefill_only):
                 self._finish(seq, "cancelled")
@@ -287,7 +323,7 @@ class Engine:
             if not prefilling:
                 return
             first = min(prefilling, key=lambda s: (s.request.prefill_only, s.submitted))
-            if first.request.prefill_only and (spent or self._waiting):
+            if first.request.prefill_only and (spent or self.serving):
                 return  # only on an otherwise idle engine, one short chunk between checks
             spent += self._prefill_chunk(first)
             self._admit()
@@ -385,17 +421,40 @@ class Engine:
 
     def _decode(self, batch: list[Seq]) -> bool:
         """Run the batch; when the KV cache is full, drop idle caches, then the newest
-        request, and let the next step rebuild the batch."""
-        while (rc := self.native.decode()) == 1:
+        request, and let the next step rebuild the batch. A prefetch's chunk may be
+        interrupted (``_interrupt_for``): then the prefetch ends, its chunk's cells removed."""
+        while (rc := self._llama_decode(batch)) == 1:
             if not self._cache.evict_idle():
                 victim = max(batch, key=lambda s: s.submitted)
                 self._finish(victim, "error", "the KV cache is full; retry shortly", status=503)
                 return False
+        if rc == 2:  # interrupted (NativeModel.decode): only a prefetch's chunk is
+            self._interrupts += 1
+            for seq in batch:
+                self._finish(seq, "cancelled")
+            return False
         if rc != 0:
             for seq in batch:
                 self._finish(seq, "error", f"llama_decode failed ({rc})")
             return False
         return True
+
+    def _llama_decode(self, batch: list[Seq]) -> int:
+        """``llama_decode`` of the batch; a prefetch's chunk is read interruptibly."""
+        n = self.native
+        if not (len(batch) == 1 and batch[0].request.prefill_only and n.interruptible):
+            return n.decode()
+        with self._wake:
+            n.clear_interrupt()
+            self._reading = (batch[0], batch[0].done + n.batch_size)
+            for waiting in self._waiting:  # submitted since the check before this chunk
+                self._interrupt_for(waiting)
+        try:
+            return n.decode()
+        finally:
+            with self._wake:
+                self._reading = None
+                n.clear_interrupt()
 
     def _sample(self, seq: Seq, row: int) -> None:
         try:

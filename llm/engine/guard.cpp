@@ -11,6 +11,9 @@
 // rest of the chain picks must have survived the grammar. Accepting a forbidden end-of-
 // generation token would otherwise reach a GGML_ABORT, which no try/catch can stop.
 //
+// It also holds the abort callback that lets a real request stop a prefetch's prefill
+// mid-decode (``ragdesk_interrupted``).
+//
 // The prototypes below are the C ABI of llama.h (llama.cpp as vendored by the pinned
 // llama-cpp-python); the header itself is not installed with the Python package.
 
@@ -104,6 +107,13 @@ llama_token sample_with_grammar(llama_sampler* chain, llama_sampler* grammar, ll
 }  // namespace
 
 extern "C" {
+
+// llama_set_abort_callback's callback: llama.cpp's CPU backend asks it between the nodes
+// of a graph, and a true ends llama_decode with 2 and its batch's cells removed. ``flag``
+// is an int32 another thread raises; a Python callback would take the GIL at every node.
+bool ragdesk_interrupted(void* flag) {
+    return __atomic_load_n(static_cast<const int32_t*>(flag), __ATOMIC_RELAXED) != 0;
+}
 
 // The next token at batch row ``idx``, accepted by ``chain`` (and ``grammar`` when not
 // null; it must not be part of ``chain``), or -1 with ``err`` filled in.

@@ -47,6 +47,15 @@ class Guard:
     releasing: Any
     path: Path
 
+    def interrupt_callback(self) -> Any:
+        """``ragdesk_interrupted`` as a ``ggml_abort_callback`` for
+        ``llama_set_abort_callback``; its data is a ``ctypes.c_int32`` flag."""
+        import llama_cpp  # heavy: on use
+
+        address = ctypes.cast(self.releasing.ragdesk_interrupted, ctypes.c_void_p).value
+        assert address is not None  # a symbol of a loaded library
+        return llama_cpp.ggml_abort_callback(address)
+
 
 _lock = threading.Lock()
 _loaded: Guard | GuardUnavailable | None = None

@@ -9,13 +9,14 @@ thread calls into a ``NativeModel`` once it is built.
 from __future__ import annotations
 
 import ctypes
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import llama_cpp as C
 import numpy as np
-from llama_cpp._logger import set_verbose
 
 from llm.engine.guard import (
     TOKENIZE_FAILED,
@@ -37,6 +38,26 @@ KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q5_1": 7, "q5_0": 6, "q4
 
 class NativeError(RuntimeError):
     pass
+
+
+GGML_LOG_ERROR, GGML_LOG_CONT = 4, 5  # ggml.h's levels (llama-cpp-python's map predates them)
+INTERRUPTED = 2  # what llama_decode returns when its abort callback said stop
+_log_state = {"error": False}
+_decoding = threading.local()  # .held: the errors of the decode under way on this thread
+
+
+@C.llama_log_callback  # type: ignore[untyped-decorator]
+def _errors_only(level: int, text: bytes, _: ctypes.c_void_p) -> None:
+    """llama.cpp's log, errors only (its info and warnings print pages at load). Those of
+    a decode are held until it returns: an interrupted one logs three, and is no error."""
+    if level != GGML_LOG_CONT:
+        _log_state["error"] = level == GGML_LOG_ERROR
+    if _log_state["error"]:
+        held = getattr(_decoding, "held", None)
+        if held is None:
+            sys.stderr.write(text.decode("utf-8", "replace"))
+        else:
+            held.append(text)
 
 
 def _keeping_gil(*names: str) -> Any:
@@ -89,7 +110,7 @@ class NativeConfig:
 class NativeModel:
     def __init__(self, config: NativeConfig):
         C.llama_backend_init()
-        set_verbose(False)  # llama.cpp logs errors only; it prints pages at load otherwise
+        C.llama_log_set(_errors_only, ctypes.c_void_p(0))
         self.config = config
         mparams = C.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if config.n_gpu_layers < 0 else config.n_gpu_layers
@@ -140,6 +161,13 @@ class NativeModel:
             self._guard_missing = ""
         except GuardUnavailable as exc:
             self._guard, self._guard_missing = None, str(exc)
+        # Raised by ``interrupt`` from any thread; the guard's callback reads it in C.
+        self._interrupt = ctypes.c_int32(0)
+        self._interrupt_callback: Any = None
+        if self._guard is not None:
+            self._interrupt_callback = self._guard.interrupt_callback()
+            data = ctypes.c_void_p(ctypes.addressof(self._interrupt))
+            C.llama_set_abort_callback(ctx, self._interrupt_callback, data)
 
     # --- tokens -----------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
@@ -223,8 +251,30 @@ class NativeModel:
         return int(self._batch.n_tokens)
 
     def decode(self) -> int:
-        """0 on success, 1 when the KV cache has no room, <0 on error."""
-        return int(C.llama_decode(self.ctx, self._batch))
+        """0 on success, 1 when the KV cache has no room, 2 when interrupted (the batch's
+        cells are removed again), <0 on error."""
+        held: list[bytes] = []
+        _decoding.held = held
+        try:
+            rc = int(C.llama_decode(self.ctx, self._batch))
+        finally:
+            _decoding.held = None
+        if held and rc != INTERRUPTED:
+            sys.stderr.write(b"".join(held).decode("utf-8", "replace"))
+        return rc
+
+    @property
+    def interruptible(self) -> bool:
+        """Whether ``interrupt`` stops a decode under way (the guard holds its callback;
+        llama.cpp's CPU backend asks it between the nodes of a graph, GPUs do not)."""
+        return self._interrupt_callback is not None
+
+    def interrupt(self) -> None:
+        """End the decode under way, or the next one, with 2 (from any thread)."""
+        self._interrupt.value = 1
+
+    def clear_interrupt(self) -> None:
+        self._interrupt.value = 0
 
     # --- sequence memory --------------------------------------------------------------------
     def seq_remove(self, seq: int, start: int = 0, end: int = -1) -> None:

@@ -223,10 +223,11 @@ class GenerationSettings(Section):
         True,
         description="While a question is typed in the web chat (or sent to POST "
         "/api/prefetch), retrieve for the draft and prefill its grounded prompt up to the "
-        "question at the lowest priority (only on an idle, loaded model; a real request "
-        "waits for one 128-token chunk of it at most), so the answer starts sooner; the "
-        "answer reads its own passages either way (one more at most: "
-        "prefetch_keeps_passages); drafts are not stored.",
+        "question at the lowest priority (only on a loaded model that no real request "
+        "uses; a real request that arrives stops the chunk being read unless its prompt "
+        "holds it, or where that cannot be done (a GPU) waits for one 128-token chunk at "
+        "most), so the answer starts sooner; the answer reads its own passages either way "
+        "(one more at most: prefetch_keeps_passages); drafts are not stored.",
     )
     prefetch_keeps_order: bool = Field(
         True,
