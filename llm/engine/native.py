@@ -265,9 +265,9 @@ class NativeModel:
 
     @property
     def interruptible(self) -> bool:
-        """Whether ``interrupt`` stops a decode under way (the guard holds its callback;
-        llama.cpp's CPU backend asks it between the nodes of a graph, GPUs do not)."""
-        return self._interrupt_callback is not None
+        """Whether ``interrupt`` stops a decode under way: the guard holds its callback,
+        which llama.cpp's CPU backend asks between the nodes of a graph (GPUs do not)."""
+        return self._interrupt_callback is not None and not self.offloaded
 
     def interrupt(self) -> None:
         """End the decode under way, or the next one, with 2 (from any thread)."""
