@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.prefill_batching import prefill
 from bench.serving import MODEL_DIR, TOPICS, nonce
 from llm.local import available_cpus
 from llm.models import bundled_model
@@ -60,18 +61,9 @@ def load(path: Path, unified: bool, cells: int) -> Any:
 def one_round(model: Any, prompts: list[str], steps: int) -> tuple[float, float]:
     """Seconds to prefill the prompts (one ``llama_decode`` each, as the engine does), and
     the median milliseconds of a decode step of all of them."""
-    lengths = []
-    started = time.perf_counter()
-    for seq, prompt in enumerate(prompts):
-        model.seq_remove(seq)
-        tokens = model.tokenize(prompt)
-        model.clear_batch()
-        for i, token in enumerate(tokens):
-            model.add(token, i, seq, i == len(tokens) - 1)
-        if model.decode() != 0:
-            raise SystemExit("prefill failed")
-        lengths.append(len(tokens))
-    prefill = time.perf_counter() - started
+    tokenized = [model.tokenize(prompt) for prompt in prompts]
+    seconds = prefill(model, tokenized, together=False)
+    lengths = [len(tokens) for tokens in tokenized]
     times = []
     for step in range(steps):
         model.clear_batch()
@@ -81,7 +73,7 @@ def one_round(model: Any, prompts: list[str], steps: int) -> tuple[float, float]
         if model.decode() != 0:
             raise SystemExit("decode failed")
         times.append(time.perf_counter() - started)
-    return prefill, statistics.median(times) * 1000
+    return seconds, statistics.median(times) * 1000
 
 
 def main() -> None:
