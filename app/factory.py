@@ -48,6 +48,7 @@ from app.web.sso_pages import sso_routes
 from app.web.ui_format import register_filters
 from app.web.usage_ui import UsageApi, UsageCsv, UsagePages
 from app.web.workspaces_ui import WorkspacesUi
+from retrieval.parsers import SUPPORTED_EXTENSIONS
 
 # No inline script or style, nothing from other origins; htmx's SSE uses connect-src 'self'.
 CONTENT_SECURITY_POLICY = (
@@ -98,6 +99,7 @@ def _configure_templates(engine: JinjaTemplateEngine) -> None:
     engine.engine.globals["render_streaming"] = render_streaming
     engine.engine.globals["csrf_token"] = csrf_token
     engine.engine.globals["may_write"] = may_write
+    engine.engine.globals["upload_accept"] = ",".join(sorted(SUPPORTED_EXTENSIONS))
     register_filters(engine.engine.filters)
 
 

@@ -102,6 +102,8 @@ class CitationOut(msgspec.Struct):
     # the passage on its PDF page: [x0, y0, x1, y1] fractions of the page's width and
     # height from its top-left corner (RAGFlow's "positions"); empty for other kinds
     boxes: list[list[float]] = msgspec.field(default_factory=list)
+    # the page's name where it is not "page n": "Slide 3", "Sheet “Prices”", "Message 2: …"
+    label: str = ""
 
     @classmethod
     def of(cls, citation: Citation) -> CitationOut:

@@ -81,7 +81,10 @@ def cited_numbers(text: str, valid: Collection[int]) -> list[int]:
 
 
 def attribute(text: str, sources: Sequence[Source]) -> str:
-    """Append ``[n]`` to each sentence that has no marker but clearly comes from source n."""
+    """Append ``[n]`` to each sentence that has no marker but clearly comes from source n
+    (a table row's inside its last cell; never to a table's header row or rule), after
+    moving markers written past a row's last pipe into that row's last cell."""
+    text = _ROW_THEN_MARKERS.sub(lambda m: f"{m[1]} {m[3].strip()} {m[2]}", text)
     if not sources:
         return text
     source_words = [content_words(s.text) | content_words(s.title) for s in sources]
@@ -91,7 +94,7 @@ def attribute(text: str, sources: Sequence[Source]) -> str:
         sentence = match.group(0)
         pieces.append(text[cursor : match.start()])
         cursor = match.end()
-        if MARKER.search(sentence):
+        if MARKER.search(sentence) or is_table_scaffold(text, match.start()):
             pieces.append(sentence)
             continue
         number = _best_source(content_words(sentence), source_words, sources)
@@ -121,5 +124,34 @@ def _best_source(
 def _with_marker(sentence: str, number: int) -> str:
     body = sentence.rstrip()
     trailing = sentence[len(body) :]
+    if _TABLE_ROW.fullmatch(body.strip()):  # inside the last cell: a cell more breaks the table
+        cut = body.rstrip("| \t")
+        return f"{cut} [{number}]{body[len(cut) :]}{trailing}"
     stripped = body.rstrip(".!?")
     return f"{stripped} [{number}]{body[len(stripped) :]}{trailing}"
+
+
+# A table row with markers after its last pipe ("| Gold | £500 | [1]"): an extra cell that
+# breaks the table; the markers belong in the last cell.
+_ROW_THEN_MARKERS = re.compile(
+    r"(?m)^([ \t]*\|.*?)[ \t]*(\|)[ \t]*((?:\[\d{1,3}\][ \t]*)+?)[ \t]*$"
+)
+# A Markdown table's rows, and the rule under its header ("|---|:---:|").
+_TABLE_ROW = re.compile(r"\|.*\|")
+_TABLE_RULE = re.compile(r"\|?\s*:?-{1,}:?\s*(?:\|\s*:?-{1,}:?\s*)*\|?")
+
+
+def is_table_scaffold(text: str, at: int) -> bool:
+    """Whether the line of ``text`` at offset ``at`` is a Markdown table's header row or the
+    rule under it: labels, not claims. A marker added there would add a cell and break the
+    table, and there is nothing in it to check against a source."""
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    line = text[start : len(text) if end == -1 else end].strip()
+    if _TABLE_RULE.fullmatch(line) and "-" in line and "|" in line:
+        return True
+    if not _TABLE_ROW.fullmatch(line) or end == -1:
+        return False
+    following = text.find("\n", end + 1)
+    below = text[end + 1 : len(text) if following == -1 else following].strip()
+    return bool(_TABLE_RULE.fullmatch(below)) and "-" in below

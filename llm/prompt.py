@@ -10,6 +10,7 @@ number rather than repeated.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -27,6 +28,7 @@ class Source:
     page: int
     text: str
     key: int = 0  # identity across turns (a chunk id); two sources with one key are one
+    label: str = ""  # its page's name where "page n" would mislead ("Slide 3", "Sheet X")
 
 
 @dataclass(frozen=True)
@@ -111,9 +113,36 @@ def format_sources(turn: Turn, inert: Neutralizer) -> str:
 
 
 def source_line(source: Source, inert: Neutralizer) -> str:
-    """``[n] Title (page p): text``, its untrusted text flattened and neutralised."""
-    title, text = one_line(source.title, inert), one_line(source.text, inert)
-    return f"[{source.number}] {title} (page {source.page}): {text}"
+    """``[n] Title (page p): text``, its untrusted text flattened and neutralised; a
+    table's rows (and its header) stay one to a line, as a Markdown table."""
+    title, text = one_line(source.title, inert), _flattened(source.text, inert)
+    gap = "\n" if text.startswith("|") else " "  # a table starts on a line of its own
+    where = one_line(source.label, inert) if source.label else f"page {source.page}"
+    return f"[{source.number}] {title} ({where}):{gap}{text}"
+
+
+# A Markdown table row: a line that starts and ends with a pipe. Kept on a line of its own,
+# it cannot pass for anything the prompt's layout means ("Question:", "[2] …").
+_TABLE_ROW = re.compile(r"\|.*\|")
+
+
+def _flattened(text: str, inert: Neutralizer) -> str:
+    """Prose flattened onto one line; Markdown table rows each on their own line."""
+    if "|" not in text:
+        return one_line(text, inert)
+    lines: list[str] = []
+    prose: list[str] = []
+    for line in text.split("\n"):
+        if _TABLE_ROW.fullmatch(stripped := line.strip()):
+            if prose:
+                lines.append(one_line(" ".join(prose), inert))
+                prose.clear()
+            lines.append(one_line(stripped, inert))
+        elif stripped:
+            prose.append(stripped)
+    if prose:
+        lines.append(one_line(" ".join(prose), inert))
+    return "\n".join(lines)
 
 
 def format_question(turn: Turn, inert: Neutralizer, question: str) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from llm.citations import MARKER, SENTENCE, content_words
+from llm.citations import MARKER, SENTENCE, content_words, is_table_scaffold
 from llm.prompt import Source
 
 _FENCED = re.compile(r"^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.MULTILINE | re.DOTALL)
@@ -61,6 +61,8 @@ def unsupported_sentences(answer: str, sources: Mapping[int, Source]) -> list[Un
             continue
         if any(start <= match.start() < end for start, end in code):
             continue  # code is shown, not claimed
+        if is_table_scaffold(answer, match.start()):
+            continue  # a table's header row and rule are its labels
         claim = _Claim.of(sentence)
         if _LIST_MARK.fullmatch(claim.body):
             continue  # "1." of a numbered list: the item after it is judged on its own

@@ -4,6 +4,13 @@ A chunk never crosses a page, a heading starts a new chunk, paragraphs are packe
 whole while they fit, and a paragraph too long for one chunk is split at sentences
 (then words). Every chunk is an exact slice of its page text, so citations can point
 at character offsets.
+
+A table's rows (blocks with a ``table`` context, ``retrieval/parsers/tables.py``) are
+passages of their own: a chunk holds rows of one table only, never prose beside them,
+carries the table's caption and header as its ``table``, and leaves room for that header
+in its token bound (it is embedded and shown with every passage of the table). A table's
+passages do not overlap: a row is never cut, so it reads whole on its side of a cut, and
+repeating rows would only embed them twice (a spreadsheet is mostly rows).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ class _Unit:
     end: int
     tokens: int
     is_heading: bool
+    table: str | None = None
 
 
 def chunk_page(
@@ -37,23 +45,46 @@ def chunk_page(
     count_tokens: TokenCounter,
 ) -> list[ChunkSpan]:
     text = page.text
-    units = _units(page, text, max_tokens, count_tokens)
-    return _pack(units, text, page.number, max_tokens, min(overlap_tokens, max_tokens // 2))
+    bounds = _bounds(page, max_tokens, count_tokens)
+    units = _units(page, text, bounds, count_tokens)
+    return _pack(units, text, page.number, bounds, min(overlap_tokens, max_tokens // 2))
 
 
-def _units(page: ParsedPage, text: str, max_tokens: int, count_tokens: TokenCounter) -> list[_Unit]:
-    spans: list[tuple[int, int, bool]] = []
+class _Bounds:
+    """Tokens a passage may hold: ``max_tokens`` for prose, less for a table's rows,
+    whose header is embedded and shown with every passage of the table (at least half)."""
+
+    def __init__(self, max_tokens: int, header_tokens: dict[str, int]):
+        self.max_tokens = max_tokens
+        self._rows = {
+            table: max(max_tokens // 2, max_tokens - tokens)
+            for table, tokens in header_tokens.items()
+        }
+
+    def of(self, table: str | None) -> int:
+        return self.max_tokens if table is None else self._rows[table]
+
+
+def _bounds(page: ParsedPage, max_tokens: int, count_tokens: TokenCounter) -> _Bounds:
+    tables = sorted({block.table for block in page.blocks if block.table})
+    counts = count_tokens(tables) if tables else []
+    return _Bounds(max_tokens, dict(zip(tables, counts, strict=True)))
+
+
+def _units(page: ParsedPage, text: str, bounds: _Bounds, count_tokens: TokenCounter) -> list[_Unit]:
+    spans: list[tuple[int, int]] = []
     offset = 0
     for block in page.blocks:
-        spans.append((offset, offset + len(block.text), block.is_heading))
+        spans.append((offset, offset + len(block.text)))
         offset += len(block.text) + len(PAGE_BLOCK_SEPARATOR)
-    counts = count_tokens([text[start:end] for start, end, _ in spans])
+    counts = count_tokens([text[start:end] for start, end in spans])
     units: list[_Unit] = []
-    for (start, end, is_heading), tokens in zip(spans, counts, strict=True):
-        unit = _Unit(start, end, tokens, is_heading)
-        units.extend(
-            [unit] if tokens <= max_tokens else _split(unit, text, max_tokens, count_tokens)
-        )
+    for block, (start, end), tokens in zip(page.blocks, spans, counts, strict=True):
+        if block.table and block.is_heading:
+            continue  # a table's header row: every passage of the table carries it
+        unit = _Unit(start, end, tokens, block.is_heading, block.table)
+        bound = bounds.of(block.table)
+        units.extend([unit] if tokens <= bound else _split(unit, text, bound, count_tokens))
     return units
 
 
@@ -64,7 +95,7 @@ def _split(unit: _Unit, text: str, max_tokens: int, count_tokens: TokenCounter) 
     result: list[_Unit] = []
     for (start, end), tokens in zip(pieces, counts, strict=True):
         if tokens <= max_tokens:
-            result.append(_Unit(start, end, tokens, unit.is_heading))
+            result.append(_Unit(start, end, tokens, unit.is_heading, unit.table))
             continue
         words = _pieces(_WORD, text, start, end, as_separators=False)
         per_word = tokens / max(len(words), 1)
@@ -72,7 +103,7 @@ def _split(unit: _Unit, text: str, max_tokens: int, count_tokens: TokenCounter) 
         for i in range(0, len(words), window):
             group = words[i : i + window]
             estimate = max(1, round(per_word * len(group)))
-            result.append(_Unit(group[0][0], group[-1][1], estimate, unit.is_heading))
+            result.append(_Unit(group[0][0], group[-1][1], estimate, unit.is_heading, unit.table))
     return result
 
 
@@ -92,7 +123,7 @@ def _pieces(
 
 
 def _pack(
-    units: list[_Unit], text: str, page: int, max_tokens: int, overlap: int
+    units: list[_Unit], text: str, page: int, bounds: _Bounds, overlap: int
 ) -> list[ChunkSpan]:
     chunks: list[ChunkSpan] = []
     current: list[_Unit] = []
@@ -107,18 +138,26 @@ def _pack(
                 end=current[-1].end,
                 text=text[current[0].start : current[-1].end],
                 heading=chunk_heading,
+                table=current[-1].table,
             )
         )
 
     for unit in units:
         has_body = any(not u.is_heading for u in current)
-        if unit.is_heading and has_body:
-            emit()
-            current = []
-        elif current and sum(u.tokens for u in current) + unit.tokens > max_tokens:
+        if current and unit.table != current[-1].table:  # a table starts or ends
             if has_body:
                 emit()
-            current = _overlap_tail(current, overlap, max_tokens - unit.tokens)
+            # A heading just before a table is its caption already: it stays out of it.
+            current = []
+        elif unit.is_heading and has_body:
+            emit()
+            current = []
+        elif current and sum(u.tokens for u in current) + unit.tokens > bounds.of(unit.table):
+            if has_body:
+                emit()
+            # A row is whole in every passage, so a table's passages need no overlap.
+            tail = overlap if unit.table is None else 0
+            current = _overlap_tail(current, tail, bounds.of(unit.table) - unit.tokens)
         if unit.is_heading:
             heading = text[unit.start : unit.end]
         if not current:

@@ -44,20 +44,21 @@ def text_key(text: str) -> str:
 
 # Each passage with what ``passage_text`` needs to rebuild its embedding text.
 PASSAGES_SQL = """SELECT c.id, c.page, c.start, c."end", c.text, c.heading,
-                         COALESCE(d.title, d.filename)
+                         COALESCE(d.title, d.filename), c.table_context
                   FROM chunks c JOIN documents d ON d.id = c.document_id"""
 
 
 def passage_text(row: Sequence[Any]) -> str:
     """The embedding text of a ``PASSAGES_SQL`` row."""
-    return embedding_text(row[6], ChunkSpan(*row[1:6]))
+    return embedding_text(row[6], ChunkSpan(row[1], row[2], row[3], row[4], row[5], table=row[7]))
 
 
 def embedding_text(title: str, chunk: ChunkSpan) -> str:
     """What is embedded (and hashed for this cache): the chunk with its document title and
-    heading as context."""
+    heading as context, and a table's rows under the table's caption and header."""
     context = " — ".join(part for part in (title, chunk.heading) if part)
-    return f"{context}\n{chunk.text}" if context else chunk.text
+    body = f"{chunk.table}\n{chunk.text}" if chunk.table else chunk.text
+    return f"{context}\n{body}" if context else body
 
 
 @dataclass(frozen=True)

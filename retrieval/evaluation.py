@@ -10,7 +10,9 @@ other correct forms of the answer, and ``reference`` (a list) what a correct gen
 answer contains when ``answer`` only locates the passage. A line with none of
 ``document``, ``passage`` and ``answer`` is an *off-topic* question, which the documents
 do not answer: retrieval evaluation leaves it out, answer evaluation expects the
-assistant to decline it. Answer
+assistant to decline it. ``header`` (a table's column name) makes a hit relevant only
+when the passage holds the row *with* its table's header, as a table lookup needs it
+(``bench/data/tables``). Answer
 containment asks only whether any retrieved passage contains the ``answer`` string. All
 string comparisons ignore case.
 """
@@ -45,6 +47,7 @@ class GoldenQuestion:
     alternatives: tuple[str, ...] = ()  # other correct forms of ``answer``
     reference: tuple[str, ...] = ()  # what a correct *answer* contains, when ``answer``
     # locates the passage rather than answering ("39 degrees of latitude" for "Chile")
+    header: str | None = None  # a relevant passage shows its table's header holding this
 
     @property
     def offtopic(self) -> bool:
@@ -67,12 +70,15 @@ class GoldenQuestion:
             hit.title.lower(),
         ):
             return False
+        read = hit.reading.lower()
+        if self.header is not None and self.header.lower() not in read:
+            return False
         needle = self.passage if self.passage is not None else self.answer
-        return needle is None or needle.lower() in hit.text.lower()
+        return needle is None or needle.lower() in read
 
     def contains_answer(self, hits: Sequence[Hit]) -> bool:
         assert self.answer is not None
-        return any(a.lower() in hit.text.lower() for a in self.answers for hit in hits)
+        return any(a.lower() in hit.reading.lower() for a in self.answers for hit in hits)
 
 
 def load_golden(path: Path) -> list[GoldenQuestion]:
@@ -104,7 +110,7 @@ def read_rows(path: Path, parse: Callable[[int, dict[str, Any]], T], what: str) 
 
 def _question(number: int, row: dict[str, Any]) -> GoldenQuestion:
     values: dict[str, str | None] = {}
-    for key in ("question", "document", "passage", "answer"):
+    for key in ("question", "document", "passage", "answer", "header"):
         value = row.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise GoldenSetError(f"line {number}: {key!r} must be a non-empty string")

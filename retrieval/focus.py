@@ -44,9 +44,11 @@ def focus(question: str, hits: Sequence[Hit], embedder: Embedder, max_chars: int
         scores = similarity[offset : offset + len(parts)]
         offset += len(parts)
         first, last = best_window(parts, [float(s) for s in scores], max_chars)
-        text = " ".join(parts[first : last + 1])
-        text = (ELLIPSIS + " " if first > 0 else "") + text
-        text += " " + ELLIPSIS if last < len(parts) - 1 else ""
+        # A table's rows stay one to a line, so they still read as a Markdown table.
+        joint = "\n" if hits[i].table else " "
+        text = joint.join(parts[first : last + 1])
+        text = (ELLIPSIS + joint if first > 0 else "") + text
+        text += joint + ELLIPSIS if last < len(parts) - 1 else ""
         focused[i] = replace(hits[i], text=text)
     return focused
 

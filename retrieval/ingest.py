@@ -45,7 +45,7 @@ from retrieval.leases import Leases
 from retrieval.parse_slots import ParseSlots
 from retrieval.parsers import ParseError, parse_document
 from retrieval.parsers.isolated import ParserUnavailable
-from retrieval.parsers.page_boxes import passage_boxes
+from retrieval.parsers.page_boxes import MAX_BOXES, passage_boxes
 from retrieval.pg_vectors import PgVectorIndex
 from retrieval.records import DocumentRecord
 from retrieval.store import DocumentGone, DocumentStore, LeaseLost, stored_title
@@ -694,6 +694,7 @@ class IngestWorker:
             self.store.set_status(document_id, DocumentStatus.QUEUED)
             self._let_lapse(document_id)
             return None
+        chunks = _region_boxed(parsed, chunks)  # text OCR read on a picture: no child call
         if document.kind is DocumentKind.PDF:
             chunks = self._boxed(document_id, data, chunks)
         return _Parsed(document_id, document.collection_id, parsed, chunks, started)
@@ -706,20 +707,23 @@ class IngestWorker:
         return self.parse_with_ocr(data, document.kind, document.filename, ocr)
 
     def _boxed(self, document_id: int, data: bytes, chunks: list[ChunkSpan]) -> list[ChunkSpan]:
-        """The passages with the boxes they cover on their pages; unboxed when that fails
-        (the text view still highlights them): never a reason to fail the document."""
-        if not chunks or len(chunks) > MAX_BOXED_PASSAGES:
+        """The passages with the boxes they cover on their pages (those not boxed by their
+        page's OCR regions already); unboxed when that fails (the text view still
+        highlights them): never a reason to fail the document."""
+        unboxed = [index for index, chunk in enumerate(chunks) if not chunk.boxes]
+        if not unboxed or len(unboxed) > MAX_BOXED_PASSAGES:
             return chunks
         try:
-            boxes = self.locate(data, [(chunk.page, chunk.text) for chunk in chunks])
+            boxes = self.locate(data, [(chunks[i].page, chunks[i].text) for i in unboxed])
         except Exception as exc:  # a parser shut down meanwhile included: the text stays
             log.warning("document %s: passages not boxed on their pages (%s)", document_id, exc)
             return chunks
-        if len(boxes) != len(chunks):
+        if len(boxes) != len(unboxed):
             return chunks
-        return [
-            replace(chunk, boxes=tuple(found)) for chunk, found in zip(chunks, boxes, strict=True)
-        ]
+        boxed = list(chunks)
+        for index, found in zip(unboxed, boxes, strict=True):
+            boxed[index] = replace(chunks[index], boxes=tuple(found))
+        return boxed
 
     def _chunk(self, parsed: ParsedDocument) -> list[ChunkSpan]:
         """The document's passages; ParseError past ``max_document_passages`` (chunking
@@ -862,3 +866,22 @@ class IngestWorker:
                 self.progress(document_id, stage, detail)
             except Exception:  # a display problem must never fail ingestion
                 log.exception("progress callback failed")
+
+
+def _region_boxed(parsed: ParsedDocument, chunks: list[ChunkSpan]) -> list[ChunkSpan]:
+    """Passages on pages read by OCR from a picture, with the boxes of the lines they
+    overlap (``ParsedPage.regions``), at most ``MAX_BOXES`` as for a PDF's text layer."""
+    regions = {page.number: page.regions for page in parsed.pages if page.regions}
+    if not regions:
+        return chunks
+    return [
+        replace(chunk, boxes=_overlapped(regions[chunk.page], chunk.start, chunk.end))
+        if chunk.page in regions
+        else chunk
+        for chunk in chunks
+    ]
+
+
+def _overlapped(regions: tuple[tuple[int, int, Box], ...], start: int, end: int) -> tuple[Box, ...]:
+    boxes = [box for first, last, box in regions if first < end and start < last]
+    return tuple(dict.fromkeys(boxes))[:MAX_BOXES]

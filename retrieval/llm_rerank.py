@@ -90,7 +90,7 @@ class LlmReranker:
         self._no: list[int] = []
 
     def rerank(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
-        return ordered(hits, self.scores(query, [hit.text for hit in hits]))
+        return ordered(hits, self.scores(query, [hit.reading for hit in hits]))
 
     def scores(self, query: str, passages: Sequence[str]) -> list[float]:
         """log P(yes) - log P(no) for each passage, in the order given."""

@@ -347,3 +347,15 @@ def m023_document_leases(db: sqlite_utils.Database) -> None:
     NULL: nobody holds it."""
     db.execute("ALTER TABLE documents ADD COLUMN claimed_by TEXT")
     db.execute("ALTER TABLE documents ADD COLUMN claimed_until REAL")
+
+
+@MIGRATIONS.add()
+def m024_tables_and_page_labels(db: sqlite_utils.Database) -> None:
+    """Tables that stay tables, and parts of a document that are not pages.
+
+    ``chunks.table_context``: for a passage of table rows, the table's caption and header
+    (Markdown), embedded and shown with it (``retrieval/parsers/tables.py``); NULL for
+    prose. ``pages.label``: what people call the part ("Slide 3", "Sheet Prices",
+    "Message 2: Re: budget"); empty means "Page n"."""
+    db.execute("ALTER TABLE chunks ADD COLUMN table_context TEXT")
+    db.execute("ALTER TABLE pages ADD COLUMN label TEXT NOT NULL DEFAULT ''")

@@ -429,3 +429,10 @@ def m003_lexical_stats(db: Any) -> None:
     passages is one update, not one per passage)."""
     for statement in LEXICAL_STATS_STATEMENTS:
         db.execute(statement)
+
+
+@PG_MIGRATIONS.add()
+def m004_tables_and_page_labels(db: Any) -> None:
+    """``chunks.table_context`` and ``pages.label``, as SQLite's m024 (retrieval/migrations.py)."""
+    db.execute("ALTER TABLE chunks ADD COLUMN table_context TEXT")
+    db.execute("ALTER TABLE pages ADD COLUMN label TEXT NOT NULL DEFAULT ''")

@@ -35,7 +35,7 @@ class CrossEncoderReranker:
         if not hits:
             return []
         scores = self._model.predict(
-            [(query, hit.text) for hit in hits],
+            [(query, hit.reading) for hit in hits],
             batch_size=self._batch_size,
             show_progress_bar=False,
         )

@@ -305,22 +305,23 @@ class DocumentStore:
                 ],
             )
             conn.executemany(
-                "INSERT INTO pages (document_id, number, text) VALUES (?, ?, ?)",
-                [(document_id, page.number, page.text) for page in parsed.pages],
+                "INSERT INTO pages (document_id, number, text, label) VALUES (?, ?, ?, ?)",
+                [(document_id, page.number, page.text, page.label) for page in parsed.pages],
             )
             ids: list[int] = []
             for chunk, chunk_id in zip(chunks, kept, strict=True):
                 boxes = json.dumps(chunk.boxes) if chunk.boxes else None
                 if chunk_id is not None:
                     conn.execute(
-                        'UPDATE chunks SET page = ?, start = ?, "end" = ?, boxes = ? WHERE id = ?',
-                        [chunk.page, chunk.start, chunk.end, boxes, chunk_id],
+                        'UPDATE chunks SET page = ?, start = ?, "end" = ?, boxes = ?,'
+                        " table_context = ? WHERE id = ?",
+                        [chunk.page, chunk.start, chunk.end, boxes, chunk.table, chunk_id],
                     )
                     ids.append(chunk_id)
                     continue
                 cursor = conn.execute(
-                    'INSERT INTO chunks (document_id, page, start, "end", heading, text, boxes)'
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    'INSERT INTO chunks (document_id, page, start, "end", heading, text, boxes,'
+                    " table_context) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         document_id,
                         chunk.page,
@@ -329,6 +330,7 @@ class DocumentStore:
                         chunk.heading,
                         chunk.text,
                         boxes,
+                        chunk.table,
                     ],
                 )
                 ids.append(int(cursor.lastrowid or 0))
@@ -419,8 +421,9 @@ class DocumentStore:
         placeholders = ",".join("?" * len(scored))
         rows = self.db.read().query(
             f"""SELECT c.id, c.document_id, c.page, c.start, c."end", c.text, c.boxes,
-                       COALESCE(d.title, d.filename) AS title
+                       c.table_context, COALESCE(d.title, d.filename) AS title, p.label
                 FROM chunks c JOIN documents d ON d.id = c.document_id
+                LEFT JOIN pages p ON p.document_id = c.document_id AND p.number = c.page
                 WHERE c.id IN ({placeholders})""",  # noqa: S608
             [chunk_id for chunk_id, _ in scored],
         )
@@ -436,10 +439,22 @@ class DocumentStore:
                 text=row["text"],
                 score=score,
                 boxes=parse_boxes(row["boxes"]),
+                table=row["table_context"],
+                label=row["label"] or "",
             )
             for chunk_id, score in scored
             if (row := by_id.get(chunk_id)) is not None
         ]
+
+    def page_label(self, document_id: int, page: int) -> str:
+        """What people call that page ("Slide 3", "Sheet Prices"); "Page n" by default."""
+        rows = list(
+            self.db.read().query(
+                "SELECT label FROM pages WHERE document_id = ? AND number = ?", [document_id, page]
+            )
+        )
+        label = str(rows[0]["label"]) if rows else ""
+        return label or f"Page {page}"
 
     def page_text(self, document_id: int, page: int) -> str | None:
         rows = list(

@@ -138,7 +138,7 @@ def test_text_of_an_undocumented_type_is_415_with_the_accepted_types(
     response = upload(client, (name, data))
     assert response.status_code == 415
     detail = response.json()["error"]["detail"]
-    assert name in detail and "accepted: PDF, DOCX, HTML, Markdown, plain text or CSV" in detail
+    assert name in detail and "accepted: PDF, Word (DOCX), PowerPoint (PPTX)" in detail
     assert client.get("/api/documents").json()["documents"] == []
 
 

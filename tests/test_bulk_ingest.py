@@ -27,7 +27,7 @@ def make_tree(root: Path, files: int) -> Path:
     (docs / "nested" / "deeper").mkdir(parents=True)
     (docs / ".git").mkdir()
     (docs / ".git" / "config.txt").write_text("hidden, never ingested")
-    (docs / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    (docs / "picture.gif").write_bytes(b"GIF89a\x01\x00\x01\x00")
     for n in range(files):
         folder = docs if n % 3 == 0 else docs / "nested" if n % 3 == 1 else docs / "nested/deeper"
         (folder / f"note-{n:03d}.md").write_text(
@@ -39,7 +39,7 @@ def make_tree(root: Path, files: int) -> Path:
 def test_directories_are_walked_for_supported_files_only(tmp_path: Path) -> None:
     docs = make_tree(tmp_path, 4)
     found = dict(find_files([docs, tmp_path / "nowhere"]))
-    assert found[docs / "picture.png"] == "unsupported type"
+    assert found[docs / "picture.gif"] == "unsupported type"
     assert found[tmp_path / "nowhere"] == "no such file or directory"
     assert sorted(p.name for p, reason in found.items() if reason is None) == [
         f"note-{n:03d}.md" for n in range(4)
@@ -64,7 +64,7 @@ def test_bulk_ingest_reports_each_file_and_skips_what_is_indexed(tmp_path: Path)
     summary = bulk.run([docs])
     assert (summary.files, summary.indexed, summary.already_indexed) == (6, 5, 0)
     assert [p.name for p, _ in summary.failed] == ["empty.txt"]
-    assert sorted(p.name for p, _ in summary.skipped) == ["fake.pdf", "picture.png"]
+    assert sorted(p.name for p, _ in summary.skipped) == ["fake.pdf", "picture.gif"]
     for stage in ("queued", "parsed", "embedded", "indexed"):
         assert ("note-000.md", stage) in events
     assert index.count == summary.chunks > 0

@@ -41,3 +41,27 @@ def test_a_marker_after_the_full_stop_counts_for_its_sentence() -> None:
     sources = [Source(1, "Office", 1, "The office opens at 8:00 on weekdays.")]
     text = "The office opens at 8:00 on weekdays. [2] Parking is free."
     assert attribute(text, sources) == text
+
+
+TABLE_SOURCE = Source(
+    3,
+    "Health plans",
+    1,
+    "| Plan name | Yearly deductible |\n| --- | --- |\n| Silver | £1,250 |\n| Gold | £500 |",
+)
+
+
+def test_a_table_keeps_its_shape_when_its_rows_are_attributed() -> None:
+    """A marker after a row's last pipe is one cell more, and the table falls apart into a
+    paragraph of pipes: markers go inside the last cell, never on the header or its rule."""
+    text = "| Plan name | Yearly deductible |\n|---|---|\n| Silver | £1,250 |\n| Gold | £500 |"
+    assert attribute(text, [TABLE_SOURCE]) == (
+        "| Plan name | Yearly deductible |\n|---|---|\n| Silver | £1,250 [3] |\n| Gold | £500 [3] |"
+    )
+
+
+def test_markers_the_model_wrote_past_a_rows_last_pipe_move_into_its_last_cell() -> None:
+    text = "| Plan | Cost |\n| :--- | ---: |\n| Gold | £500 | [3]\n| Silver | £1,250 |[3][4]"
+    assert attribute(text, []) == (
+        "| Plan | Cost |\n| :--- | ---: |\n| Gold | £500 [3] |\n| Silver | £1,250 [3][4] |"
+    )

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from retrieval.parsers import ParseError, parse_document
-from retrieval.parsers.docx_archive import (
+from retrieval.parsers.isolated import IsolatedParser
+from retrieval.parsers.office_archive import (
     MAX_MEMBERS,
     MAX_UNCOMPRESSED_BYTES,
     MAX_XML_BYTES,
     check_archive,
 )
-from retrieval.parsers.isolated import IsolatedParser
 from retrieval.types import DocumentKind
 from tests.documents import make_docx
 

@@ -106,8 +106,31 @@ def test_hostile_output_never_becomes_markup(text: str) -> None:
 
 def test_the_stopped_marker_becomes_a_badge() -> None:
     html = str(render_markdown("Partial *answer* …(stopped)", stopped_marker="(stopped)"))
-    assert html.endswith('<p><span class="stopped-mark">(stopped)</span></p>')
+    assert html.endswith(
+        '<p><span class="stopped-mark" title="Stopped before its end: not verified against'
+        ' your documents">(stopped) · not verified</span></p>'
+    )
     assert "<em>answer</em>" in html
     # A span class the model writes itself is not kept (raw HTML is text).
     hostile = str(render_markdown('<span class="stopped-mark">x</span>'))
     assert "<span" not in hostile
+
+
+def test_a_table_answer_renders_as_a_table_once_attributed_and_checked() -> None:
+    """The finished answer went through attribution and the support check; its table must
+    still be a table, each row's marker linked in its last cell, the header unflagged."""
+    from llm.citations import attribute
+    from llm.prompt import Source
+    from llm.support import unsupported_sentences
+
+    source = Source(
+        1, "Plans", 1, "| Plan | Yearly deductible |\n| --- | --- |\n| Silver | £1,250 |"
+    )
+    raw = "Plans:\n\n| Plan | Yearly deductible |\n|---|---|\n| Silver | £1,250 |"
+    answer = attribute(raw, [source])
+    flagged = [(u.start, u.end, u.reason) for u in unsupported_sentences(answer, {1: source})]
+    html = str(render_markdown(answer, {1: ("/p", "Plans")}, flagged=flagged))
+    assert flagged == []
+    assert "<th>Plan</th>" in html and "<th>Yearly deductible</th>" in html
+    assert '£1,250 <a class="cite" href="/p"' in html
+    assert "|" not in html

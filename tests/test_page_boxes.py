@@ -135,3 +135,12 @@ def test_page_images_beyond_two_at_once_are_told_to_come_back(tmp_path: Any) -> 
             thread.join(30)
     assert images.png(stored, 1) == b"\\x89PNG page"  # kept: no render, no wait
     images.close()
+
+
+def test_a_table_row_is_searched_as_the_page_shows_it() -> None:
+    """Passages of a PDF table are Markdown rows; the page has the cells' words apart."""
+    from retrieval.parsers.page_boxes import _fragments
+
+    assert list(_fragments("| Silver plan | £1,250 | A \\| B |\n\n| x | y |")) == [
+        "Silver plan £1,250 A | B"
+    ]

@@ -83,14 +83,15 @@ def test_text_of_an_undocumented_type_is_refused_with_the_accepted_types(
         detect_kind(data, filename)
     reason = str(caught.value)
     assert named in reason and "not a supported type" in reason
-    assert "accepted: PDF, DOCX, HTML, Markdown, plain text or CSV (.pdf .docx .html" in reason
+    assert "accepted: PDF, Word (DOCX), PowerPoint (PPTX), Excel (XLSX, XLSM)" in reason
+    assert "(.pdf .docx .pptx" in reason and ".xlsx" in reason and ".eml" in reason
 
 
 @pytest.mark.parametrize(
     ("data", "filename"),
     [
         (b"MZ\x90\x00" + bytes(range(256)), "setup.exe"),
-        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "picture.png"),
+        (b"GIF89a\x01\x00\x01\x00", "animation.gif"),
         (b"\x00\x01\x02binary", "data.txt"),  # binary content behind a text extension
     ],
 )
@@ -189,7 +190,7 @@ def test_docx_headings_paragraphs_and_tables() -> None:
     blocks = document.pages[0].blocks
     assert blocks[0].text == "Expenses" and blocks[0].is_heading
     assert not blocks[1].is_heading
-    assert "Economy | yes" in [b.text for b in blocks]
+    assert "| Economy | yes |" in [b.text for b in blocks]
     assert document.title == "Expenses"
 
 
@@ -284,7 +285,7 @@ def test_html_drops_scripts_and_keeps_structure() -> None:
     assert texts[0] == "Leave" and document.pages[0].blocks[0].is_heading
     assert "Staff get 28 days." in texts
     assert texts.count("First item") == 1  # nested blocks are not duplicated
-    assert "A | 30" in texts
+    assert "| A | 30 |" in texts
     assert not any("steal" in t or "Home" in t for t in texts)
 
 
@@ -295,11 +296,13 @@ def test_markdown_headings_and_code_fences() -> None:
     assert headings == ["Guide", "Part two"]
 
 
-def test_csv_rows_read_as_column_value_pairs() -> None:
+def test_csv_rows_are_a_table_under_their_header() -> None:
     data = b"name;office;phone\nAda;London;123\nGrace;Paris;456\n"
-    blocks = parse(data, "staff.csv").pages[0].blocks
-    assert blocks[0].text == "name: Ada; office: London; phone: 123"
-    assert len(blocks) == 2
+    header, *rows = parse(data, "staff.csv").pages[0].blocks
+    assert header.text == "| name | office | phone |" and header.is_heading
+    assert [row.text for row in rows] == ["| Ada | London | 123 |", "| Grace | Paris | 456 |"]
+    context = "staff\n| name | office | phone |\n| --- | --- | --- |"
+    assert {block.table for block in (header, *rows)} == {context}
 
 
 def test_text_decoding_falls_back_and_strips_controls() -> None:
@@ -372,3 +375,94 @@ def test_docx_titles_skip_placeholders(core_title: str, blocks: Any, expected: s
     document.save(out)
     parsed = parse_document(out.getvalue(), DocumentKind.DOCX, "travel-policy.docx")
     assert parsed.title == expected
+
+
+def _zip(parts: dict[str, bytes]) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, content in parts.items():
+            archive.writestr(name, content)
+    return buffer.getvalue()
+
+
+_OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+
+
+@pytest.mark.parametrize(
+    ("data", "filename", "kind"),
+    [
+        (_zip({"ppt/presentation.xml": b"<p/>"}), "deck.bin", DocumentKind.PPTX),
+        (_zip({"xl/workbook.xml": b"<w/>"}), "prices", DocumentKind.XLSX),
+        (_zip({"xl/workbook.xml": b"<w/>"}), "macros.xlsm", DocumentKind.XLSX),
+        (_zip({"word/document.xml": b"<d/>"}), "named-as-slides.pptx", DocumentKind.DOCX),
+        (
+            _zip({"mimetype": b"application/vnd.oasis.opendocument.spreadsheet"}),
+            "rota.zip",
+            DocumentKind.ODS,
+        ),
+        (
+            _zip({"mimetype": b"application/vnd.oasis.opendocument.text"}),
+            "letter.odt",
+            DocumentKind.ODT,
+        ),
+        (
+            _zip({"mimetype": b"application/vnd.oasis.opendocument.presentation"}),
+            "talk.odp",
+            DocumentKind.ODP,
+        ),
+        (_zip({"mimetype": b"application/epub+zip"}), "book.epub", DocumentKind.EPUB),
+        (b"{\\rtf1\\ansi Hello}", "note.doc", DocumentKind.RTF),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "notice", DocumentKind.IMAGE),
+        (b"\xff\xd8\xff\xe0\x00\x10JFIF", "notice.jpeg", DocumentKind.IMAGE),
+        (b"II*\x00\x08\x00\x00\x00", "scan.tif", DocumentKind.IMAGE),
+        (b"RIFF\x24\x00\x00\x00WEBPVP8 ", "photo.webp", DocumentKind.IMAGE),
+        (
+            _OLE + b"\x00" * 200 + "__substg1.0_0037001F".encode("utf-16-le"),
+            "mail.msg",
+            DocumentKind.MSG,
+        ),
+        (_OLE + b"\x00" * 200 + b"EncryptedPackage", "locked.xlsx", DocumentKind.XLSX),
+        (
+            b"From: Ann <ann@example.com>\nTo: staff@example.com\nSubject: Rota\n\nHi all",
+            "forwarded",
+            DocumentKind.EML,
+        ),
+        (
+            b"From ann@example.com Mon Dec  7 10:00:00 2026\nFrom: ann@example.com\n"
+            b"Subject: Rota\n\nHi",
+            "archive",
+            DocumentKind.MBOX,
+        ),
+        (b"From: the CEO\n\nOur plans for 2027.", "note.md", DocumentKind.MARKDOWN),
+    ],
+)
+def test_magic_bytes_decide_the_format_and_the_name_is_a_hint(
+    data: bytes, filename: str, kind: DocumentKind
+) -> None:
+    assert detect_kind(data, filename) is kind
+
+
+@pytest.mark.parametrize(
+    ("data", "filename", "reason"),
+    [
+        (b"<html>not a sheet</html>", "prices.xlsx", r"named .xlsx but is not an XLSX \(not a"),
+        (b"plain words", "photo.jpg", "named .jpg but is not a PNG, JPEG, TIFF or WebP image"),
+        (_OLE + b"\x00" * 512, "old.doc", "legacy Office binary files"),
+        (_zip({"readme.txt": b"hi"}), "bundle.zip", "other than Office, OpenDocument or EPUB"),
+        (b"From: the CEO\n\nOur plans for 2027.", "note", "files without an extension"),
+    ],
+)
+def test_what_no_parser_reads_is_refused_with_a_reason(
+    data: bytes, filename: str, reason: str
+) -> None:
+    with pytest.raises(UnsupportedDocumentType, match=reason):
+        detect_kind(data, filename)
+
+
+def test_a_password_protected_office_file_fails_with_a_reason() -> None:
+    data = _OLE + b"\x00" * 200 + b"EncryptedPackage"
+    with pytest.raises(ParseError, match="protected by a password"):
+        parse_document(data, detect_kind(data, "locked.pptx"), "locked.pptx")

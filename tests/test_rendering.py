@@ -43,3 +43,20 @@ def test_a_docx_table_on_the_page_is_a_table_and_the_passage_is_marked_in_its_ce
     assert "Thanks | a | b" in html  # three cells, not two: not part of the table
     # One line with a pipe is prose, not a table.
     assert "<table" not in str(highlight_passage("Use a | b for pipes.\nDone.", None, None))
+
+
+def test_a_table_of_markdown_rows_is_shown_as_a_table_with_the_cited_rows_marked() -> None:
+    """Parsers write a table as Markdown rows, one block each (blank lines between): the
+    page shows it as a table, the header too, and marks the cells of the cited rows."""
+    page = (
+        "Plans\n\n| Plan | Deductible |\n\n| Silver | £1,250 |\n\n| Gold \\| Plus | £500 |"
+        "\n\nPrices change in April."
+    )
+    start = page.index("| Silver")
+    end = page.index("£500 |") + len("£500 |")
+    html = str(highlight_passage(page, start, end))
+    assert html.count("<table") == 1 and html.count("<tr>") == 3
+    assert "<td> Plan </td>" in html
+    assert '<td><mark id="passage"> Silver </mark></td>' in html
+    assert "<td><mark> Gold \\| Plus </mark></td>" in html
+    assert html.startswith("Plans") and html.endswith("Prices change in April.")

@@ -66,12 +66,14 @@ def test_stop_ends_generation_and_stores_the_partial_answer(
     assert 1 <= len(tokens) < 20
     name, done = events[-1]
     assert name == "done"
-    assert '<span class="stopped-mark">(stopped)</span>' in done
-    assert "<strong>Leave</strong>" in done  # the partial answer, rendered as markdown
+    assert '">(stopped) · not verified</span>' in done
+    # The partial answer, rendered as markdown; it cites nothing, so it is marked so.
+    assert re.search(r"<strong>(<span [^>]*>)?Leave(</span>)?</strong>", done)
+    assert "no source</span>" in done
     assert "stop-button" not in done  # the finished answer has no Stop button
 
     page = client.get(url).text
-    assert '<span class="stopped-mark">(stopped)</span>' in page
+    assert '">(stopped) · not verified</span>' in page
     # The stored answer ends the stream for good: a reconnect replays it.
     assert [n for n, _ in sse_events(client.get(f"/ui/answers/{question_id}/stream").text)] == [
         "done"
@@ -89,6 +91,35 @@ def test_stop_ends_generation_and_stores_the_partial_answer(
         "/ui/ask", data={"message": "Is it paid?", "conversation_id": conversation_id}
     )
     assert follow.status_code == 200
+
+
+def test_a_stopped_answer_is_checked_like_a_finished_one_and_marked_unverified(
+    slow_client: TestClient[Any],
+) -> None:
+    """One rule for unsupported text: a wrong number the reader saw stream before Stop is
+    marked, as it would be in a finished answer, and the answer says it is unverified."""
+    client = slow_client
+    backend = fake_model(client)
+    backend.enqueue(["Staff get 35 days of paid leave [1].", *TOKENS])
+    _, question_id = ask(client, "How much leave do staff get?")
+    body: list[str] = []
+    reader = threading.Thread(
+        target=lambda: body.append(client.get(f"/ui/answers/{question_id}/stream").text)
+    )
+    reader.start()
+    time.sleep(3 * DELAY_S)
+    assert client.post(f"/ui/questions/{question_id}/stop").status_code == 204
+    reader.join(timeout=5)
+    _, done = sse_events(body[0])[-1]
+    assert '<span class="unsupported"' in done and "not in source" in done
+    assert "(stopped) · not verified" in done
+    chat = client.app.state.services.require_chat()
+    stored = chat.conversations.answer_to(chat.conversations.message(question_id))
+    first = stored.unsupported[0]  # the cut-off words after it ("word0") count too
+    assert (first.text, first.reason) == (
+        "Staff get 35 days of paid leave [1].",
+        "not in the cited source",
+    )
 
 
 @pytest.mark.parametrize("path", ["999999", "0", "-1", "abc", "99999999999999999999999"])

@@ -56,6 +56,7 @@ def citation_of(hit: Hit, number: int = 0) -> Citation:
         end=hit.end,
         snippet=excerpt(hit.text, SNIPPET_CHARS),
         boxes=hit.boxes,
+        label=hit.label,
     )
 
 
@@ -85,7 +86,10 @@ class Grounding:
         (in the system text, neutralised like the sources); ``follows``: the earlier
         questions a follow-up leans on (``retrieval.followup.followed``). Raises
         ``PromptTooLong`` and ``ChatTemplateFailed``."""
-        sources = [Source(0, hit.title, hit.page, hit.text, key=hit.chunk_id) for hit in hits]
+        sources = [
+            Source(0, hit.title, hit.page, hit.reading, key=hit.chunk_id, label=hit.label)
+            for hit in hits
+        ]
         prompt = build_prompt(
             backend.prompt_format,
             question=question,
@@ -104,7 +108,7 @@ class Grounding:
         """The grounding of a stored first turn (what its model was shown), to check its
         generated text again: ``bench.replay`` runs today's checks on past generations."""
         shown = {s.citation.chunk_id: s.citation for s in context.sources}
-        sources = tuple(_source_of(s) for s in context.sources)
+        sources = tuple(source_of(s) for s in context.sources)
         citable = {s.number: s for s in sources}
         return cls(Prompt("", (), Turn(question, "", sources), sources, citable), shown)
 
@@ -194,9 +198,11 @@ class Grounding:
         return replace(self.shown[source.key], number=number)
 
 
-def _source_of(shown: ShownSource) -> Source:
+def source_of(shown: ShownSource) -> Source:
+    """A stored source as the model was shown it (same number, text and label: a later
+    turn's prompt repeats it byte for byte)."""
     c = shown.citation
-    return Source(c.number, c.title, c.page, shown.text, key=c.chunk_id)
+    return Source(c.number, c.title, c.page, shown.text, key=c.chunk_id, label=c.label)
 
 
 def _nothing_else(answer: str, unsupported: tuple[Unsupported, ...]) -> bool:

@@ -38,6 +38,8 @@ TAGS = frozenset(
 ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "span": {"title"}}
 CLASSES = {"a": {"cite"}, "span": {"stopped-mark", "unsupported", "no-source"}}
 URL_SCHEMES = frozenset({"http", "https", "mailto"})
+# A stopped answer never had its second look: it is marked unverified as a whole.
+STOPPED_TITLE = "Stopped before its end: not verified against your documents"
 
 
 def _parser() -> MarkdownIt:
@@ -79,7 +81,10 @@ def render_markdown(
     suffix = ""
     if stopped_marker and text.endswith(stopped_marker):
         text = text[: -len(stopped_marker)].rstrip()
-        suffix = f'<p><span class="stopped-mark">{escape(stopped_marker)}</span></p>'
+        suffix = (
+            f'<p><span class="stopped-mark" title="{STOPPED_TITLE}">{escape(stopped_marker)}'
+            " · not verified</span></p>"
+        )
     tokens = _MD.parse(_with_sentinels(text, flagged))
     _mark_unsupported(tokens)
     _link_citations(tokens, cite or {})

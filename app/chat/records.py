@@ -26,9 +26,15 @@ class Citation:
     # where the passage stands on its PDF page: (x0, y0, x1, y1), fractions of the page
     # from its top-left corner; none for other kinds, or not found
     boxes: tuple[Box, ...] = ()
+    label: str = ""  # the page's name where it is not "page n" ("Slide 3", "Sheet “Prices”")
 
     def __post_init__(self) -> None:  # read back from JSON: lists, made tuples again
         object.__setattr__(self, "boxes", as_boxes(self.boxes))
+
+    @property
+    def where(self) -> str:
+        """Where the passage is, for people: "page 4", "Slide 3", "Sheet “Prices”"."""
+        return self.label or f"page {self.page}"
 
     @property
     def url(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 from html import escape
 
 from markupsafe import Markup
@@ -32,9 +34,7 @@ def shown_citations(message: Message) -> tuple[Citation, ...]:
 def render_answer(message: Message) -> Markup:
     """The answer's markdown as sanitised HTML, each valid ``[n]`` linked to its passage
     and each sentence no cited passage supports marked "no source"."""
-    cite = {
-        c.number: (c.url_in(message.id), f"{c.title}, page {c.page}") for c in message.citations
-    }
+    cite = {c.number: (c.url_in(message.id), f"{c.title}, {c.where}") for c in message.citations}
     flagged = [
         (u.start, u.end, u.reason)
         for u in message.unsupported
@@ -68,8 +68,10 @@ def ungrounded(message: Message) -> bool:
 
 def highlight_passage(page_text: str, start: int | None, end: int | None) -> Markup:
     """The page text, escaped, with ``[start, end)`` marked (the first piece of the mark is
-    ``<mark id="passage">``, scrolled to); runs of two or more lines of the same number of
-    " | "-separated cells (a DOCX table as ingested) become an HTML table."""
+    ``<mark id="passage">``, scrolled to); a table becomes an HTML table: Markdown rows
+    (``| a | b |``, one block each, blank lines between) as every parser writes tables
+    now, and runs of two or more lines of the same number of " | "-separated cells (a
+    table as documents ingested before were stored)."""
     if start is None or end is None or not 0 <= start < end <= len(page_text):
         start = end = -1
     marks = _Marks(start, end)
@@ -87,11 +89,22 @@ def highlight_passage(page_text: str, start: int | None, end: int | None) -> Mar
                 out.append("\n")
 
     while i < len(lines):
+        run = _markdown_rows(lines, i)
+        if run > i:  # a table: each cell escaped and marked on its own
+            flush(i)
+            rows = [
+                _row(lines[n], offsets[n], marks)
+                for n in range(i, run)
+                if _MARKDOWN_ROW.fullmatch(lines[n])
+            ]
+            out.append(f'<table class="page-table">{"".join(rows)}</table>')
+            i = prose = run
+            continue
         width = _cells(lines[i])
         run = i
         while run < len(lines) and width > 1 and _cells(lines[run]) == width:
             run += 1
-        if run - i >= 2:  # a table: each cell escaped and marked on its own
+        if run - i >= 2:  # a table as stored before: " | " between cells
             flush(i)
             rows = []
             for n in range(i, run):
@@ -109,6 +122,29 @@ def highlight_passage(page_text: str, start: int | None, end: int | None) -> Mar
 
 
 TABLE_CELL = " | "
+_MARKDOWN_ROW = re.compile(r"\|.*\|")
+_UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
+
+
+def _markdown_rows(lines: list[str], i: int) -> int:
+    """The end of the run of Markdown rows starting at line ``i`` (``i`` if none there):
+    rows with single blank lines between them, as a table's blocks are joined."""
+    run = i
+    while run < len(lines) and _MARKDOWN_ROW.fullmatch(lines[run]):
+        run += 1
+        if run + 1 < len(lines) and not lines[run] and _MARKDOWN_ROW.fullmatch(lines[run + 1]):
+            run += 1
+    return run
+
+
+def _row(line: str, at: int, marks: _Marks) -> str:
+    """One Markdown row as ``<tr>``: the text between its pipes, each cell marked."""
+    pipes = [m.start() for m in _UNESCAPED_PIPE.finditer(line)]
+    cells = [
+        f"<td>{marks.wrap(line[left + 1 : right], at + left + 1)}</td>"
+        for left, right in itertools.pairwise(pipes)
+    ]
+    return f"<tr>{''.join(cells)}</tr>"
 
 
 def _cells(line: str) -> int:

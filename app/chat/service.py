@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.auth.scope import readable_now
-from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding
+from app.chat.answering import MAX_QUESTION_CHARS, NOTHING_FOUND, Grounding, source_of
 from app.chat.conversations import Conversations
 from app.chat.finished import FinishedAnswer, FinishedListener, ListenerFactory, tell_later
 from app.chat.prefetch import Prefetcher, asker_key
@@ -30,7 +30,7 @@ from llm.params import (
     UnknownModel,
     Usage,
 )
-from llm.prompt import PromptTooLong, Source, Turn, demonstrated
+from llm.prompt import PromptTooLong, Turn, demonstrated
 from llm.registry import Registry
 from llm.repetition import RepetitionGuard
 from llm.support import Unsupported
@@ -214,7 +214,7 @@ class ChatService:
                     yield event
         except StopRequested:  # the Stop button: store what was said and show it at once
             partial, progress.partial = progress.partial or "", None
-            checked = (_cited_as_written(progress, partial), ())
+            checked = _stopped_checked(progress, partial)
             done = await self._save(question, stopped_text(partial), progress, checked)
             yield DoneEvent(done)
         except Exception:
@@ -324,8 +324,8 @@ class ChatService:
         """Store a cut-short answer without awaiting (a closing generator must not wait for
         the database); the question counts as being answered until it is stored, so a
         reconnect in between cannot start a second generation."""
-        text = f"{partial} …(stopped)" if partial else "(stopped)"
-        checked = (_cited_as_written(progress, partial), ())
+        text = stopped_text(partial)
+        checked = _stopped_checked(progress, partial)
         future = asyncio.get_running_loop().run_in_executor(
             None, self._store, question, text, progress, checked
         )
@@ -614,10 +614,15 @@ def _tell(
     tell_later(listener, finished)
 
 
-def _cited_as_written(progress: _Progress, partial: str) -> tuple[Citation, ...]:
-    """What a stopped answer cites, numbered as the reader saw it stream."""
+def _stopped_checked(progress: _Progress, partial: str) -> _Checked:
+    """What a stopped answer cites, numbered as the reader saw it stream, and its sentences
+    no cited passage supports: the same rule as for a finished answer, so a cut-short
+    "Meal allowance: 100 pounds a day [1]" is marked when [1] says 32 GBP. (The model's
+    second look is not asked: the answer is marked unverified as a whole instead.)"""
     grounding = progress.grounding
-    return () if grounding is None or not partial else grounding.cited_as_written(partial)
+    if grounding is None or not partial:
+        return (), ()
+    return grounding.cited_as_written(partial), grounding.unsupported(partial)
 
 
 def _turn(asked: Message, answered: Message, follows: tuple[str, ...]) -> Turn:
@@ -626,10 +631,7 @@ def _turn(asked: Message, answered: Message, follows: tuple[str, ...]) -> Turn:
     context = answered.context
     if context is None:
         return Turn(asked.content, answered.content, follows=follows)
-    sources = tuple(
-        Source(s.citation.number, s.citation.title, s.citation.page, s.text, s.citation.chunk_id)
-        for s in context.sources
-    )
+    sources = tuple(source_of(s) for s in context.sources)
     return Turn(asked.content, context.answer, sources, context.refers, follows)
 
 

@@ -60,7 +60,7 @@ class McpTools:
         ids = await asyncio.to_thread(self._collection_ids, collections)
         result = await asyncio.to_thread(retrieval.retriever.search, query, k, collection_ids=ids)
         passages = [
-            Passage.cited(citation_of(hit), caller.base_url, text=hit.text, score=hit.score)
+            Passage.cited(citation_of(hit), caller.base_url, text=hit.reading, score=hit.score)
             for hit in result.hits
         ]
         return SearchResults(query, passages)

@@ -38,10 +38,12 @@ async def original_file(services: Services, document_id: int) -> Response[bytes]
 
 
 async def pdf_page_image(services: Services, document_id: int, page: int) -> Response[bytes]:
-    """A PDF page as it looks (PNG), for the viewer; 404 for another kind or no such page."""
+    """A PDF page or a picture's page as it looks (PNG), for the viewer; 404 for another
+    kind or no such page."""
     document = await _document(services, document_id)
-    if document.kind is not DocumentKind.PDF or not 1 <= page <= document.page_count:
-        raise NotFound("no such PDF page")
+    drawn = document.kind in (DocumentKind.PDF, DocumentKind.IMAGE)
+    if not drawn or not 1 <= page <= document.page_count:
+        raise NotFound("no such PDF or image page")
     try:
         png = await asyncio.to_thread(services.page_images.png, document.stored_name, page)
     except FileNotFoundError:

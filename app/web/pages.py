@@ -122,6 +122,7 @@ async def page_view(
     text = await asyncio.to_thread(services.store.page_text, document_id, page)
     if document is None or text is None:
         raise NotFound("no such document page")
+    label = await asyncio.to_thread(services.store.page_label, document_id, page)
     found = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
     passage = found if found and (found.document_id, found.page) == (document_id, page) else None
     span = (passage.start, passage.end) if passage else (None, None)
@@ -142,6 +143,7 @@ async def page_view(
     return {
         "document": document,
         "page": page,
+        "label": label,
         "body": body,
         "passage": passage or span[0] is not None,
         "nav": nav,

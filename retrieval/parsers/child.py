@@ -14,6 +14,7 @@ import sys
 from typing import IO, Any
 
 from retrieval.parsers import OcrOptions, ParseError, parse_document
+from retrieval.parsers.image import is_image, render_image
 from retrieval.parsers.isolated import _LENGTH, MAX_TEXT_CHARS, READY, encode
 from retrieval.parsers.page_boxes import passage_boxes, render_page
 from retrieval.types import DocumentKind
@@ -37,13 +38,12 @@ def serve(memory_bytes: int, cpu_seconds: int, ocr_settings: dict[str, Any] | No
             _write(stdout, json.dumps(_page_work(request, data)).encode())
             continue
         try:
-            # A collection's switch ("ocr") overrides the deployment's default for its files.
-            reads_scans = request.get("ocr", by_default) is True
+            # A collection's switch ("ocr") overrides the deployment's default for its files;
+            # a picture is always read (OCR is all there is to it), with the options it has.
+            kind = DocumentKind(request["kind"])
+            reads_scans = request.get("ocr", by_default) is True or kind is DocumentKind.IMAGE
             document = parse_document(
-                data,
-                DocumentKind(request["kind"]),
-                request["filename"],
-                ocr=ocr if reads_scans else None,
+                data, kind, request["filename"], ocr=ocr if reads_scans else None
             )
             if sum(len(b.text) for page in document.pages for b in page.blocks) > MAX_TEXT_CHARS:
                 raise ParseError(f"the document holds more than {MAX_TEXT_CHARS:,} characters")
@@ -54,14 +54,16 @@ def serve(memory_bytes: int, cpu_seconds: int, ocr_settings: dict[str, Any] | No
 
 
 def _page_work(request: dict[str, Any], data: bytes) -> dict[str, Any]:
-    """Boxes of passages on their PDF pages, or a page rendered (retrieval.parsers.page_boxes)."""
+    """Boxes of passages on their PDF pages, or a page of a PDF (retrieval.parsers.page_boxes)
+    or a picture (retrieval.parsers.image) drawn."""
     try:
         if request["op"] == "boxes":
             passages = [(int(page), str(text)) for page, text in request["passages"]]
             return {"boxes": passage_boxes(data, passages)}
-        png = render_page(data, int(request["page"]), int(request["width"]))
+        render = render_image if is_image(data[:16]) else render_page
+        png = render(data, int(request["page"]), int(request["width"]))
         return {"png": base64.b64encode(png).decode()}
-    except IndexError as exc:
+    except (IndexError, ParseError) as exc:
         return {"error": str(exc)}
     except Exception as exc:  # a PDF pdfium cannot read: the caller shows the text only
         return {"error": f"the page could not be read ({type(exc).__name__})"}

@@ -235,7 +235,12 @@ def encode(document: ParsedDocument) -> dict[str, Any]:
     return {
         "title": document.title,
         "pages": [
-            {"number": page.number, "blocks": [[b.text, b.is_heading] for b in page.blocks]}
+            {
+                "number": page.number,
+                "label": page.label,
+                "blocks": [[b.text, b.is_heading, b.table] for b in page.blocks],
+                "regions": [[start, end, list(box)] for start, end, box in page.regions],
+            }
             for page in document.pages
         ],
         "warnings": list(document.warnings),
@@ -246,7 +251,15 @@ def _decode(reply: dict[str, Any]) -> ParsedDocument:
     pages = tuple(
         ParsedPage(
             number=int(page["number"]),
-            blocks=tuple(Block(str(text), bool(heading)) for text, heading in page["blocks"]),
+            blocks=tuple(
+                Block(str(text), bool(heading), None if table is None else str(table))
+                for text, heading, table in page["blocks"]
+            ),
+            label=str(page.get("label", "")),
+            regions=tuple(
+                (int(start), int(end), as_boxes([box])[0])
+                for start, end, box in page.get("regions", ())
+            ),
         )
         for page in reply["pages"]
     )

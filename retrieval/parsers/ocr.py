@@ -5,6 +5,9 @@ soup, as a broken font encoding or bad scanner software leaves it; pages with a 
 layer are never rendered, so normal PDFs cost nothing more. The recognised lines become
 the page's blocks, in reading order, so the page keeps its number and its text is what
 the document viewer shows and highlights by character offsets, as for any other page.
+``read_image`` is the recognition itself, for any grey image (a rendered page, an uploaded
+picture: ``image.py``); it also says where each line stands on the image, as a fraction of
+its size, so a passage read from a picture is boxed on it without a text layer.
 
 The models are the ones inside the installed ``rapidocr`` wheel, named by path: RapidOCR
 downloads a model only when none is given and its own copy is missing, and it never gets
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.parsers.errors import ParseError
-from retrieval.types import Block
+from retrieval.types import PAGE_BLOCK_SEPARATOR, Block, Box
 
 # A page whose text layer has fewer visible characters than this is treated as scanned.
 MIN_TEXT_CHARS = 16
@@ -160,7 +163,6 @@ def budget_warning(skipped: Sequence[int], scanned: int, options: OcrOptions) ->
 
 
 def _read_page(page: Any, options: OcrOptions) -> tuple[Block, ...]:
-    import numpy
     import pypdfium2.raw
 
     images = page.get_objects(filter=(pypdfium2.raw.FPDF_PAGEOBJ_IMAGE,), max_depth=4)
@@ -172,23 +174,60 @@ def _read_page(page: Any, options: OcrOptions) -> tuple[Block, ...]:
     image = page.render(scale=scale, grayscale=True).to_numpy()
     if image.ndim == 3:
         image = image[..., 0]
+    return read_image(image, options.threads).blocks
+
+
+Region = tuple[int, int, Box]  # [start, end) of the page's text, and where it stands
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What OCR read on one image: its paragraphs as blocks, and a region per line (its
+    slice of the blocks joined as ``ParsedPage.text`` joins them, and its box)."""
+
+    blocks: tuple[Block, ...] = ()
+    regions: tuple[Region, ...] = ()
+
+
+def read_image(image: Any, threads: int) -> Reading:
+    """The text of a grey-scale image (a 2-D uint8 array, dark ink on a light ground)."""
+    import numpy
+
     if (image < _INK_LEVEL).mean() < _MIN_INK_SHARE:
-        return ()
-    result = _recognise(numpy.stack([image] * 3, axis=-1), options.threads)
+        return Reading()  # blank: nothing to recognise
+    result = _recognise(numpy.stack([image] * 3, axis=-1), threads)
     if result.boxes is None:
-        return ()
+        return Reading()
     lines = [_Line.of(box, str(text)) for box, text in zip(result.boxes, result.txts, strict=True)]
-    return tuple(Block(text) for text in paragraphs([line for line in lines if line.text]))
+    height, width = image.shape[:2]
+    return _reading(_paragraph_lines([line for line in lines if line.text]), width, height)
+
+
+def _reading(groups: list[list[_Line]], width: int, height: int) -> Reading:
+    blocks: list[Block] = []
+    regions: list[Region] = []
+    offset = 0
+    for group in groups:
+        if blocks:
+            offset += len(PAGE_BLOCK_SEPARATOR)
+        for index, line in enumerate(group):
+            offset += 1 if index else 0  # the space that joins it to the line before
+            regions.append((offset, offset + len(line.text), line.fraction_of(width, height)))
+            offset += len(line.text)
+        blocks.append(Block(" ".join(line.text for line in group)))
+    return Reading(tuple(blocks), tuple(regions))
 
 
 @dataclass(frozen=True)
 class _Line:
-    """One recognised line: its text and where it sits (pixels, y grows downwards)."""
+    """One recognised line: its text and where it sits (pixels, y grows downwards);
+    ``bounds`` is the rectangle around all four corners (x0, y0, x1, y1)."""
 
     text: str
     left: float
     top: float
     bottom: float
+    bounds: Box = (0.0, 0.0, 0.0, 0.0)
 
     @property
     def middle(self) -> float:
@@ -199,13 +238,33 @@ class _Line:
         # The left edge (corners 0 and 3): on a skewed scan the lines of a paragraph start
         # at one margin, while their right ends rise or fall with their length.
         (left, top), (_, bottom) = (float(box[0][0]), float(box[0][1])), box[3]
-        return cls(" ".join(text.split()), left, top, float(bottom))
+        xs, ys = [float(corner[0]) for corner in box], [float(corner[1]) for corner in box]
+        bounds = (min(xs), min(ys), max(xs), max(ys))
+        return cls(" ".join(text.split()), left, top, float(bottom), bounds)
+
+    def fraction_of(self, width: int, height: int) -> Box:
+        x0, y0, x1, y1 = self.bounds
+        return (
+            _fraction(x0, width),
+            _fraction(y0, height),
+            _fraction(x1, width),
+            _fraction(y1, height),
+        )
+
+
+def _fraction(value: float, whole: int) -> float:
+    return round(min(1.0, max(0.0, value / whole)), 5) if whole > 0 else 0.0
 
 
 def paragraphs(lines: Sequence[_Line]) -> list[str]:
-    """Lines in reading order, joined into paragraphs: pieces of one row are joined left to
-    right, and a row starts a new paragraph when the blank above it is wide for the page:
-    over 0.3 line heights, and twice the usual blank between lines of a paragraph."""
+    """Lines in reading order, joined into paragraphs (see ``_paragraph_lines``)."""
+    return [" ".join(line.text for line in group) for group in _paragraph_lines(lines)]
+
+
+def _paragraph_lines(lines: Sequence[_Line]) -> list[list[_Line]]:
+    """Lines in reading order, grouped into paragraphs: pieces of one row go left to right,
+    and a row starts a new paragraph when the blank above it is wide for the page: over
+    0.3 line heights, and twice the usual blank between lines of a paragraph."""
     rows: list[list[_Line]] = []
     for line in sorted(lines, key=lambda line: line.middle):
         row = rows[-1] if rows else None
@@ -222,12 +281,12 @@ def paragraphs(lines: Sequence[_Line]) -> list[str]:
     ]
     usual = sorted(blanks)[len(blanks) // 4] if blanks else 0.0  # most blanks are in-paragraph
     wide = max(0.3 * height, 2 * usual)
-    texts: list[list[str]] = [[]]
+    groups: list[list[_Line]] = [[]]
     for index, row in enumerate(rows):
         if index and blanks[index - 1] > wide:
-            texts.append([])
-        texts[-1].append(" ".join(line.text for line in sorted(row, key=lambda x: x.left)))
-    return [" ".join(paragraph) for paragraph in texts]
+            groups.append([])
+        groups[-1].extend(sorted(row, key=lambda x: x.left))
+    return groups
 
 
 def _recognise(image: Any, threads: int) -> Any:

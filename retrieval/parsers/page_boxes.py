@@ -24,6 +24,8 @@ MAX_FRAGMENT_CHARS = 160
 MAX_BOXES = 64  # per passage
 MAX_RENDER_PIXELS = 2400  # the longer side of a rendered page
 _PIECES = re.compile(r"(?<=[.!?;:])\s+|\n+")
+_TABLE_ROW = re.compile(r"\|.*\|")  # a table's row as parsers write it (parsers/tables.py)
+_CELL_EDGE = re.compile(r"(?<!\\)\|")
 
 
 def passage_boxes(data: bytes, passages: Sequence[tuple[int, str]]) -> list[list[Box]]:
@@ -75,6 +77,9 @@ def _boxes(textpage: object, width: float, height: float, text: str) -> list[Box
 
 def _fragments(text: str) -> Iterator[str]:
     for piece in _PIECES.split(text):
+        if _TABLE_ROW.fullmatch(piece.strip()):  # a row as the page shows it: cells apart
+            piece = " ".join(cell.strip() for cell in _CELL_EDGE.split(piece.strip()[1:-1]))
+            piece = piece.replace("\\|", "|")
         piece = " ".join(piece.split())
         if len(piece) < MIN_FRAGMENT_CHARS:
             continue

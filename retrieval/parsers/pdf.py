@@ -1,5 +1,9 @@
 """PDF text by page, through pypdf. Encrypted files fail unless the password is empty.
 
+pypdf (BSD) reads the text layer fast and decrypts; pages with ruled tables are read
+again by pdfplumber (``pdf_tables.py``) so that their tables become rows under a header
+instead of cells run together into sentences.
+
 Pages without a usable text layer (scanned) are read by OCR when ``ocr`` is given
 (``ocr.py``); their text replaces the layer's, page by page.
 
@@ -27,6 +31,7 @@ from retrieval.parsers.ocr import (
     needs_ocr,
     recognise_pages,
 )
+from retrieval.parsers.pdf_tables import page_tables
 from retrieval.parsers.text import clean_text, paragraphs
 from retrieval.parsers.titles import named_title
 from retrieval.types import Block, ParsedDocument, ParsedPage
@@ -63,11 +68,22 @@ def _parse_pdf(data: bytes, fallback_title: str, ocr: OcrOptions | None) -> Pars
             pages.append(ParsedPage(number=number, blocks=tuple(_pdf_paragraphs(text))))
     except LimitReachedError as exc:  # pypdf caps decompressed stream sizes
         raise ParseError("the PDF expands to an implausible size (decompression bomb?)") from exc
+    pages = _with_tables(data, pages)
     warnings: tuple[str, ...] = ()
     if ocr is not None:
         pages, warnings = _with_scanned_pages_read(data, pages, ocr)
     title = _title(reader) or fallback_title
     return ParsedDocument(title=title, pages=tuple(pages), warnings=warnings)
+
+
+def _with_tables(data: bytes, pages: list[ParsedPage]) -> list[ParsedPage]:
+    """The pages, those with ruled tables as pdfplumber reads them (text and tables in
+    page order). Pages OCR will read (no text layer, glyph soup) are not looked at."""
+    read = page_tables(data, {p.number: p.text for p in pages if not needs_ocr(p.text)})
+    return [
+        ParsedPage(page.number, read[page.number]) if page.number in read else page
+        for page in pages
+    ]
 
 
 def _with_scanned_pages_read(

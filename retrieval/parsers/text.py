@@ -1,4 +1,5 @@
-"""Plain text, Markdown and CSV: decoded text split into headings and paragraphs."""
+"""Plain text, Markdown and CSV: decoded text split into headings and paragraphs, and a
+CSV file's rows into one table under its header (``retrieval/parsers/tables.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import io
 import re
 
 from retrieval.parsers.errors import ParseError
+from retrieval.parsers.tables import looks_like_header, table_blocks
 from retrieval.types import Block, ParsedDocument, ParsedPage
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -74,31 +76,26 @@ def parse_markdown(text: str, fallback_title: str) -> ParsedDocument:
 
 
 def parse_csv(text: str, fallback_title: str) -> ParsedDocument:
-    """One block per row, written as ``column: value`` pairs so each row reads on its own."""
+    """The rows as one table (``tables.table_blocks``) captioned with the file's name: the
+    first row is its header unless it reads as data (a number, an empty cell)."""
+    rows = _csv_rows(text)
+    if not rows:
+        raise ParseError("the CSV file has no rows")
+    header_rows = 1 if looks_like_header(rows[0], rows[1:]) else 0
+    return single_page(
+        fallback_title, table_blocks(rows, caption=fallback_title, header_rows=header_rows)
+    )
+
+
+def _csv_rows(text: str) -> list[list[str]]:
+    """The non-blank rows, their cells stripped, in the dialect sniffed from the start."""
     try:
         dialect: type[csv.Dialect] | str = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|")
     except csv.Error:
         dialect = "excel"
     csv.field_size_limit(_MAX_CSV_FIELD)
     try:
-        rows = [
-            row for row in csv.reader(io.StringIO(text), dialect) if any(c.strip() for c in row)
-        ]
+        rows = [[cell.strip() for cell in row] for row in csv.reader(io.StringIO(text), dialect)]
     except csv.Error as exc:
         raise ParseError(f"malformed CSV: {exc}") from exc
-    if not rows:
-        raise ParseError("the CSV file has no rows")
-    header, body = rows[0], rows[1:]
-    if not body:
-        return single_page(fallback_title, [Block(", ".join(header))])
-    blocks = [Block(_row_text(header, row)) for row in body]
-    return single_page(fallback_title, blocks)
-
-
-def _row_text(header: list[str], row: list[str]) -> str:
-    pairs = []
-    for index, value in enumerate(row):
-        name = header[index].strip() if index < len(header) else f"column {index + 1}"
-        if value.strip():
-            pairs.append(f"{name}: {' '.join(value.split())}")
-    return "; ".join(pairs)
+    return [row for row in rows if any(row)]
