@@ -24,6 +24,7 @@ import numpy as np
 
 from retrieval.db import Database
 from retrieval.index import IdArray
+from retrieval.lookalikes import describe, first_default_ignorable, look_alike, renders_blank
 from retrieval.sql import IntegrityError, RawConnection
 from retrieval.store import NEXT_COLLECTION_ID
 
@@ -46,6 +47,11 @@ class InvalidCollectionInput(CollectionError):
 
 class CollectionNameTaken(CollectionError):
     """Another collection has this name (compared regardless of case)."""
+
+
+class CollectionNameConfusable(CollectionNameTaken):
+    """Another collection's name looks the same (the same UTS #39 skeleton): readers
+    could not tell the two apart in a list."""
 
 
 class CollectionMissing(CollectionError):
@@ -104,9 +110,17 @@ def clean_name(raw: str) -> str:
         raise InvalidCollectionInput(
             f"a collection name is at most {MAX_NAME_CHARS} characters (this one has {len(name)})"
         )
-    if any(unicodedata.category(c) in _HIDDEN_CATEGORIES for c in name):
+    hidden = first_default_ignorable(name) or next(
+        (c for c in name if unicodedata.category(c) in _HIDDEN_CATEGORIES), None
+    )
+    if hidden is not None:
         raise InvalidCollectionInput(
-            "a collection name cannot hold control or invisible formatting characters"
+            "a collection name cannot hold control or invisible formatting characters "
+            f"(it holds {describe(hidden)})"
+        )
+    if renders_blank(name):  # braille blanks: not spaces, so strip() left them
+        raise InvalidCollectionInput(
+            "a collection name cannot be blank: it shows no visible character"
         )
     return name
 
@@ -162,6 +176,7 @@ class Workspaces:
             if existing is not None and existing[1] != name:
                 raise CollectionNameTaken(f"a collection named {existing[1]!r} exists already")
             if existing is None:
+                self._refuse_lookalike(db.conn, name, renaming=None)
                 db.execute(
                     "INSERT INTO collections (id, name, created_at, updated_at)"  # noqa: S608
                     f" VALUES ({NEXT_COLLECTION_ID}, ?, ?, ?)",
@@ -177,6 +192,7 @@ class Workspaces:
             existing = self._named(db.conn, name)
             if existing is not None and existing[0] != collection_id:
                 raise CollectionNameTaken(f"a collection named {existing[1]!r} exists already")
+            self._refuse_lookalike(db.conn, name, renaming=collection_id)
             cursor = db.execute(
                 "UPDATE collections SET name = ?, updated_at = ? WHERE id = ?",
                 [name, time.time(), collection_id],
@@ -286,6 +302,18 @@ class Workspaces:
             if str(row[1]).casefold() == wanted:
                 return int(row[0]), str(row[1])
         return None
+
+    def _refuse_lookalike(self, conn: RawConnection, name: str, renaming: int | None) -> None:
+        """Refuse ``name`` when another collection's name looks the same, read on the
+        writer inside its transaction as :meth:`_named` is (the same name in another case
+        was refused before). Two skeletons per collection: cheap for the hundreds a desk has."""
+        for row in conn.execute("SELECT id, name FROM collections"):
+            other_id, other = int(row[0]), str(row[1])
+            if other_id != renaming and look_alike(name, other):
+                raise CollectionNameConfusable(
+                    f"{name!r} looks the same as the collection {other!r} (id {other_id}): "
+                    "readers could not tell them apart; choose a name that differs visibly"
+                )
 
     def _set(self, collection_id: int, changes: dict[str, Any]) -> CollectionSettings:
         if not changes:

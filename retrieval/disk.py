@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 SQLITE_FULL = 13
 REMEMBER_S = 60.0  # a write that failed for space counts as "full" this long
+# Free space grown this much since a failed write means room came back (files deleted, a
+# volume grown), not the noise of other writers: the failure is forgotten at once.
+ROOM_BACK_BYTES = 64 << 20
 
 
 def is_disk_full(exc: BaseException | None) -> bool:
@@ -52,6 +55,7 @@ class DiskWatch:
         self.path = path
         self.min_free_bytes = min_free_bytes
         self._failed_at: float | None = None
+        self._free_at_failure: int | None = None  # free bytes once caches gave some back
         self._told = False
         self._lock = threading.Lock()
         # Caches that give space back when a write of users' data fails for space: each
@@ -64,11 +68,13 @@ class DiskWatch:
         if not is_disk_full(exc):
             return False
         with self._lock:
-            self._failed_at = time.monotonic()
             if not self._told:
                 self._told = True
                 log.error("the disk of %s is full: writes are refused until it has room", self.path)
         self.reclaim()
+        free = self.free_bytes()  # after the caches gave back what they could
+        with self._lock:
+            self._failed_at, self._free_at_failure = time.monotonic(), free
         return True
 
     def reclaim(self) -> int:
@@ -91,12 +97,10 @@ class DiskWatch:
 
     @property
     def full(self) -> bool:
-        recent = self._failed_at is not None and time.monotonic() - self._failed_at < REMEMBER_S
-        try:
-            low = shutil.disk_usage(self.path).free < self.min_free_bytes
-        except OSError:
-            low = False
-        is_full = recent or low
+        """Measured each time it is asked (one statvfs): space freed shows at once."""
+        free = self.free_bytes()
+        low = free is not None and free < self.min_free_bytes
+        is_full = low or self._failed_recently(free)
         with self._lock:
             if is_full and not self._told:
                 self._told = True
@@ -105,3 +109,21 @@ class DiskWatch:
                 self._told = False
                 log.warning("the disk of %s has room again", self.path)
         return is_full
+
+    def _failed_recently(self, free: int | None) -> bool:
+        """A write that failed for space counts for ``REMEMBER_S`` (a quota, EDQUOT, shows
+        in no statvfs, so free space alone cannot clear it), unless the disk has since
+        gained ``ROOM_BACK_BYTES``: then space came back, and the failure is forgotten
+        rather than reported for the rest of the minute."""
+        with self._lock:
+            failed_at, free_then = self._failed_at, self._free_at_failure
+            if failed_at is None or time.monotonic() - failed_at >= REMEMBER_S:
+                return False
+            if free is not None and free_then is not None:
+                regained = free - free_then >= ROOM_BACK_BYTES
+            else:
+                regained = False
+            if regained:
+                self._failed_at = None
+                return False
+            return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ from litestar import Request
 from litestar.datastructures import UploadFile
 from litestar.exceptions import ClientException
 
-from app.auth.access import require_writable
+from app.auth.access import readable_collections, require_writable
 from app.errors import (
     AppError,
     NotFound,
@@ -24,7 +25,7 @@ from retrieval.blobs import BlobsUnavailable
 from retrieval.display import shown
 from retrieval.library import display_filename
 from retrieval.parsers import UnsupportedDocumentType, detect_kind
-from retrieval.records import DocumentRecord
+from retrieval.records import CollectionRecord, DocumentRecord
 from retrieval.store import CollectionGone
 
 MAX_FILES_PER_REQUEST = 100
@@ -71,6 +72,46 @@ async def read_files(request: Request[Any, Any, Any], field: str = "file") -> li
     if len(parts) > MAX_FILES_PER_REQUEST:
         raise UnprocessableInput(f"at most {MAX_FILES_PER_REQUEST} files per request")
     return [IncomingFile(display_filename(part.filename), await part.read()) for part in parts]
+
+
+async def named_collections(
+    request: Request[Any, Any, Any], field: str = "collection"
+) -> list[str]:
+    """The collections a multipart upload names in its ``field`` parts (ids or names; an
+    empty one names none, as the upload dialog's "default" choice sends it)."""
+    form = await request.form()  # parsed once: read_files has read it already
+    values = form.getall(field) if field in form else []
+    if any(not isinstance(value, str) for value in values):
+        raise UnprocessableInput(f"the '{field}' part is a collection id or name, not a file")
+    return [value.strip() for value in values if isinstance(value, str) and value.strip()]
+
+
+def upload_collection(services: Services, refs: Iterable[str]) -> int | None:
+    """The one collection an upload names (None: none named, so the default one), found
+    among those the caller may read: 404 alike for one that does not exist and one that
+    may not be read; 422 when two different collections are named (the query and the form
+    disagree). Whether the caller may write it is :func:`submit_all`'s check (403)."""
+    wanted = list(dict.fromkeys(refs))
+    if not wanted:
+        return None
+    readable = readable_collections(services.store.collections())
+    found = {_readable_collection(readable, ref).id for ref in wanted}
+    if len(found) > 1:
+        raise UnprocessableInput("the upload names more than one collection; name one")
+    return found.pop()
+
+
+def _readable_collection(readable: list[CollectionRecord], ref: str) -> CollectionRecord:
+    """By name, or by id (a name of digits that names none is read as an id), as the MCP
+    tools find a collection: the API documents names, the upload dialog sends ids."""
+    for record in readable:
+        if record.name == ref:
+            return record
+    if ref.isdecimal() and len(ref) < 20:
+        for record in readable:
+            if record.id == int(ref):
+                return record
+    raise NotFound(f"no collection named {ref[:100]!r}")
 
 
 def unsupported(files: list[IncomingFile]) -> list[Rejected]:

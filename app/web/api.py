@@ -17,7 +17,6 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 from app.auth.access import (
     answer_audit,
     current_user_id,
-    readable_collections,
     readable_documents,
     require_conversation,
 )
@@ -32,7 +31,14 @@ from app.chat.service import (
     TokenEvent,
     clean_question,
 )
-from app.documents.intake import Accepted, read_files, require_all_supported, submit_all
+from app.documents.intake import (
+    Accepted,
+    named_collections,
+    read_files,
+    require_all_supported,
+    submit_all,
+    upload_collection,
+)
 from app.errors import AppError, NotFound
 from app.schemas import (
     ChatDone,
@@ -65,9 +71,11 @@ class DocumentsApi(Controller):
         self, request: Request[Any, Any, Any], services: Services, collection: str | None = None
     ) -> DocumentList:
         """Upload one or more files (multipart parts named ``file``) to the default collection
-        or ``?collection=NAME`` (write access needed); ingestion is queued."""
-        target = await asyncio.to_thread(_collection_named, services, collection)
+        or the one named by ``?collection=`` or a ``collection`` form part (its name or id;
+        write access needed); ingestion is queued."""
         files = await read_files(request)
+        refs = [*([collection] if collection else []), *await named_collections(request)]
+        target = await asyncio.to_thread(upload_collection, services, refs)
         require_all_supported(files)
         results = await submit_all(services, files, target)
         return DocumentList(
@@ -189,16 +197,6 @@ async def json_events(
             data=_json({"status": 500, "detail": "the answer failed; see the server log"}),
             event="error",
         )
-
-
-def _collection_named(services: Services, name: str | None) -> int | None:
-    """The id of a collection the request may read (404 for any other name)."""
-    if name is None:
-        return None
-    found = [c.id for c in readable_collections(services.store.collections()) if c.name == name]
-    if not found:
-        raise NotFound(f"no collection named {name!r}")
-    return found[0]
 
 
 def _json(value: object) -> str:

@@ -164,7 +164,7 @@ class ConversationsUi(Controller):
         filename = f"{_slug(conversation.title) or 'conversation'}-{conversation_id}.md"
         return Response(
             export_markdown(conversation, messages),
-            media_type="text/markdown; charset=utf-8",
+            media_type="text/markdown",  # Litestar adds "; charset=utf-8"
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )
 
@@ -266,6 +266,6 @@ def export_markdown(conversation: Conversation, messages: list[Message]) -> str:
             if message.citations:
                 lines += ["", "Sources:", ""]
                 # "[n]" bullets, not "n." items: Markdown renumbers ordered lists 1, 2, ...
-                lines += [f"- [{c.number}] {c.title}, page {c.page}" for c in message.citations]
+                lines += [f"- [{c.number}] {c.title}, {c.where}" for c in message.citations]
         lines.append("")
     return "\n".join(lines)

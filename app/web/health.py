@@ -60,4 +60,5 @@ def ready(request: Request[Any, Any, Any], state: State) -> Response[Health]:
 )
 def metrics_endpoint(state: State) -> Response[bytes]:
     metrics: Metrics = state.services.metrics
-    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    # Litestar adds "; charset=utf-8" to text types itself.
+    return Response(metrics.render(), media_type="text/plain; version=0.0.4")

@@ -140,9 +140,9 @@ def _cell(value: object) -> object:
 def _csv_response(report: UsageReport) -> Response[str]:
     period = report.period
     name = f"usage-{period.first.isoformat()}-{period.last.isoformat()}-{period.bucket}.csv"
-    return Response(
+    return Response(  # Litestar adds "; charset=utf-8" to a text/ type itself
         usage_csv(report),
-        media_type="text/csv; charset=utf-8",
+        media_type="text/csv",
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
 
