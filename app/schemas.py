@@ -138,7 +138,8 @@ class ChatSources(msgspec.Struct):
 
 class ChatDone(msgspec.Struct):
     """The stored answer. ``grounded``: it cites at least one source; ``unsupported``: its
-    sentences no cited passage supports; ``query``: what was searched for."""
+    sentences no cited passage supports; ``query``: what was searched for; ``model``: the
+    model that wrote it (None for answers stored before it was kept, and for none found)."""
 
     conversation_id: int
     message_id: int
@@ -147,6 +148,7 @@ class ChatDone(msgspec.Struct):
     unsupported: list[UnsupportedOut]
     grounded: bool
     query: str | None = None
+    model: str | None = None
 
     @classmethod
     def of(cls, message: Message) -> ChatDone:
@@ -158,6 +160,7 @@ class ChatDone(msgspec.Struct):
             unsupported=[UnsupportedOut.of(u) for u in message.unsupported],
             grounded=bool(message.citations),
             query=searched_for(message),
+            model=message.context.model if message.context else None,
         )
 
 

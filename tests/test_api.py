@@ -207,3 +207,16 @@ def test_security_headers_forbid_inline_and_remote_content(client: TestClient[An
     csp = client.get("/").headers["content-security-policy"]
     assert "script-src 'self'" in csp and "style-src 'self'" in csp
     assert "unsafe-inline" not in csp
+
+
+def test_each_answer_names_the_model_that_wrote_it(client: TestClient[Any]) -> None:
+    created = upload(client, ("leave.md", b"# Leave\n\nStaff get 28 days of paid leave."))
+    wait_indexed(client, created.json()["documents"][0]["id"])
+    fake_model(client).enqueue(["Staff get 28 days [1]."])
+    events = sse_events(client.post("/api/chat", json={"message": "How much leave?"}).text)
+    done = json.loads(next(data for name, data in events if name == "done"))
+    model = done["model"]
+    assert model
+    page = client.get(f"/c/{done['conversation_id']}").text
+    shown = f'<span class="msg-model" title="The model that wrote this answer">{model}</span>'
+    assert shown in page

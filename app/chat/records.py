@@ -65,6 +65,7 @@ class TurnContext:
     query: str | None = None  # what was searched for (None: stored before queries were)
     # the collections searched, by name then (None: all the asker could read)
     scope: tuple[str, ...] | None = None
+    model: str | None = None  # the model that wrote it (None: stored before this was kept)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -76,6 +77,7 @@ class TurnContext:
                 "refers": list(self.refers),
                 "query": self.query,
                 "scope": None if self.scope is None else list(self.scope),
+                "model": self.model,
             }
         )
 
@@ -88,12 +90,14 @@ class TurnContext:
         refers = tuple(int(n) for n in data.get("refers", []))
         query = data.get("query")
         scope = data.get("scope")
+        model = data.get("model")
         return cls(
             str(data["answer"]),
             sources,
             refers,
             None if query is None else str(query),
             None if scope is None else tuple(str(name) for name in scope),
+            None if model is None else str(model),
         )
 
 

@@ -421,9 +421,9 @@ class ChatService:
         finally:
             if not completed:  # the client left (leaving the loop cancelled the request)
                 progress.partial = guard.text.strip()
-                progress.context = _context(grounding, guard.text, query, searched_in)
+                progress.context = _context(grounding, guard.text, query, searched_in, model)
         checked = grounding.checked(guard.text, withhold=self.config.withhold_unsupported)
-        progress.context = _context(grounding, guard.text, query, searched_in)
+        progress.context = _context(grounding, guard.text, query, searched_in, model)
         # Not asked about a follow-up: the checker reads the passages and the question
         # alone, and "How high is it?" names nothing they could state (three ways of
         # showing it the question measured: each withheld more right answers than wrong).
@@ -636,13 +636,18 @@ def _turn(asked: Message, answered: Message, follows: tuple[str, ...]) -> Turn:
 
 
 def _context(
-    grounding: Grounding, generated: str, query: str, scope: tuple[str, ...] | None
+    grounding: Grounding,
+    generated: str,
+    query: str,
+    scope: tuple[str, ...] | None,
+    model: str,
 ) -> TurnContext:
     """What the model saw and said, stored with the answer for the next turn's prompt,
-    and what was searched for to find its sources, and in which collections."""
+    what was searched for to find its sources, in which collections, and which model
+    wrote it (each answer names it)."""
     turn = grounding.prompt.turn
     listed = tuple(
         ShownSource(citation, source.text)
         for citation, source in zip(grounding.listed(), turn.sources, strict=True)
     )
-    return TurnContext(generated, listed, turn.refers, query, scope)
+    return TurnContext(generated, listed, turn.refers, query, scope, model)
