@@ -466,3 +466,51 @@ def test_a_password_protected_office_file_fails_with_a_reason() -> None:
     data = _OLE + b"\x00" * 200 + b"EncryptedPackage"
     with pytest.raises(ParseError, match="protected by a password"):
         parse_document(data, detect_kind(data, "locked.pptx"), "locked.pptx")
+
+
+def test_markdown_pipe_table_rows_carry_their_header() -> None:
+    text = (
+        "# Plans\n\nIntro.\n\n**Health plan comparison**\n\n"
+        "| Plan | Fee \\| VAT | Notes |\n|:---|---:|:-:|\n| Silver | £500 | a \\| b |\n"
+        "Gold | £900\n| Bronze | £1 | c | extra |\nAfter the table.\n"
+    ).encode()
+    document = parse(text, "plans.md")
+    blocks = document.pages[0].blocks
+    context = "Health plan comparison\n| Plan | Fee \\| VAT | Notes |\n| --- | --- | --- |"
+    assert document.title == "Plans"
+    assert [(b.text, b.is_heading, b.table) for b in blocks[3:]] == [
+        ("| Plan | Fee \\| VAT | Notes |", True, context),
+        ("| Silver | £500 | a \\| b |", False, context),
+        ("| Gold | £900 |  |", False, context),  # short rows padded, long ones cut
+        ("| Bronze | £1 | c |", False, context),
+        ("After the table.", False, None),
+    ]
+
+
+def test_markdown_table_under_a_heading_and_tables_in_code_fences_untouched() -> None:
+    text = b"## Rooms\n\nRoom | Seats\n--- | ---\nAshdown | 22\n\n```\n| a | b |\n|---|---|\n```\n"
+    blocks = parse(text, "rooms.md").pages[0].blocks
+    context = "Rooms\n| Room | Seats |\n| --- | --- |"
+    assert [(b.text, b.table) for b in blocks] == [
+        ("Rooms", None),
+        ("| Room | Seats |", context),
+        ("| Ashdown | 22 |", context),
+        ("```\n| a | b |\n|---|---|\n```", None),
+    ]
+
+
+def test_markdown_pipes_without_a_rule_stay_a_paragraph() -> None:
+    text = b"a | b\nc | d\n\n| x |\n| - | - |\n| 1 |\n"  # no rule; cells unequal to the rule
+    blocks = parse(text, "notes.md").pages[0].blocks
+    assert [(b.text, b.table) for b in blocks] == [
+        ("a | b\nc | d", None),
+        ("| x |\n| - | - |\n| 1 |", None),
+    ]
+
+
+def test_a_long_markdown_table_keeps_its_header_on_every_row() -> None:
+    rows = "".join(f"| SKU-{n:03} | Item {n} | £{n}.00 |\n" for n in range(60))
+    text = f"# Catalogue\n\n| SKU | Item | Price |\n|---|---|---|\n{rows}".encode()
+    blocks = parse(text, "catalogue.md").pages[0].blocks[1:]
+    context = "Catalogue\n| SKU | Item | Price |\n| --- | --- | --- |"
+    assert len(blocks) == 61 and {b.table for b in blocks} == {context}

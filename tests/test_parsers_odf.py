@@ -271,7 +271,8 @@ def test_ods_sheets_are_labelled_pages_of_table_rows() -> None:
         Block("| Silver | 500 |", table=context),
         Block("| Gold | 900 |", table=context),
     )
-    assert document.pages[1].blocks == (Block("| Renewal in May |", table="Notes"),)
+    # A lone value is a sheet's note, not a table of one cell (as in XLSX).
+    assert document.pages[1].blocks == (Block("Renewal in May"),)
 
 
 def test_ods_header_rows_repeats_and_merged_cells() -> None:
@@ -517,3 +518,64 @@ def test_a_package_without_content_is_refused() -> None:
         archive.writestr("mimetype", MIME + "text")
     with pytest.raises(ParseError, match=r"^not a valid ODT file \(content.xml is missing\)$"):
         parse_odt(buffer.getvalue(), "upload")
+
+
+# --- ODS laid out as XLSX sheets are (tables.sheet_blocks) ---------------------------------
+
+
+def typed(kind: str, value: str) -> str:
+    return (
+        f'<table:table-cell office:value-type="{kind}" office:value="{value}">'
+        f"<text:p>{value}</text:p></table:table-cell>"
+    )
+
+
+def test_ods_title_blank_row_and_a_merged_two_row_header() -> None:
+    """A title in A1 over a blank row, then "Region" merged down over a year merged
+    across its quarters: the title is the caption, both header rows the header."""
+    sheet = (
+        '<table:table table:name="Sales">'
+        f"{row('Sales by region')}"
+        "<table:table-row><table:table-cell/></table:table-row>"
+        '<table:table-row><table:table-cell table:number-rows-spanned="2"><text:p>Region'
+        '</text:p></table:table-cell><table:table-cell table:number-columns-spanned="2">'
+        "<text:p>2025</text:p></table:table-cell><table:covered-table-cell/></table:table-row>"
+        f"<table:table-row><table:covered-table-cell/>{cells('Q1', 'Q2')}</table:table-row>"
+        f"<table:table-row>{cells('North')}{typed('float', '10')}{typed('float', '20')}"
+        "</table:table-row></table:table>"
+    )
+    blocks = parse_ods(ods(sheet), "upload").pages[0].blocks
+    context = "Sales — Sales by region\n| Region | 2025 Q1 | 2025 Q2 |\n| --- | --- | --- |"
+    assert list(blocks) == [
+        Block("| Region | 2025 Q1 | 2025 Q2 |", is_heading=True, table=context),
+        Block("| North | 10 | 20 |", table=context),
+    ]
+
+
+def test_ods_typed_numbers_are_data_and_text_typed_years_labels() -> None:
+    numbers = f'<table:table table:name="N"><table:table-row>{typed("float", "2024")}'
+    numbers += f"{typed('float', '2025')}</table:table-row>{row('a', 'b')}</table:table>"
+    assert [b.is_heading for b in parse_ods(ods(numbers), "u").pages[0].blocks] == [False] * 2
+    years = f'<table:table table:name="Y"><table:table-row>{typed("string", "Region")}'
+    years += f"{typed('string', '2025')}</table:table-row>{row('North', '10')}</table:table>"
+    first = parse_ods(ods(years), "u").pages[0].blocks[0]
+    assert (first.text, first.is_heading) == ("| Region | 2025 |", True)
+
+
+def test_ods_covered_cells_count_towards_the_cell_limit() -> None:
+    data = ods(
+        '<table:table table:name="Bomb"><table:table-row table:number-rows-repeated="3">'
+        '<table:table-cell table:number-columns-spanned="200" table:number-rows-spanned="9">'
+        "<text:p>x</text:p></table:table-cell>"
+        '<table:covered-table-cell table:number-columns-repeated="199"/></table:table-row>'
+        + (
+            "<table:table-row>"
+            '<table:covered-table-cell table:number-columns-repeated="200"/></table:table-row>'
+        )
+        * 6000
+        + "</table:table>"
+    )
+    started = time.perf_counter()
+    with pytest.raises(ParseError, match=r"more than 1,000,000 filled table cells"):
+        parse_ods(data, "upload")
+    assert time.perf_counter() - started < 2

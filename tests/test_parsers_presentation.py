@@ -338,3 +338,44 @@ def test_dtd_is_refused_before_parsing() -> None:
         lambda xml: xml.replace("?>", '?><!DOCTYPE p [<!ENTITY x "boom">]>', 1),
     )
     assert _reason(data) == "the PPTX contains XML entity declarations, refused"
+
+
+def test_cells_merged_down_and_across_make_a_two_row_header() -> None:
+    """PowerPoint flags only the first row as header; "Region" merged over two rows and
+    "2025" merged over its quarters make the second row header too ("2025 Q1")."""
+    deck = pptx.Presentation()
+    slide = _slide(deck, TITLE_ONLY, "Quarterly sales")
+    table = slide.shapes.add_table(4, 3, Inches(1), Inches(2), Inches(6), Inches(2)).table
+    table.cell(0, 0).merge(table.cell(1, 0))
+    table.cell(0, 1).merge(table.cell(0, 2))
+    table.cell(0, 0).text = "Region"
+    table.cell(0, 1).text = "2025"
+    for r, values in enumerate([["Q1", "Q2"], ["10", "20"], ["30", "40"]], start=1):
+        for c, value in enumerate(values, start=1):
+            table.cell(r, c).text = value
+    table.cell(2, 0).text = "North"
+    table.cell(3, 0).text = "South"
+    header = "| Region | 2025 Q1 | 2025 Q2 |"
+    context = f"Quarterly sales\n{header}\n| --- | --- | --- |"
+    assert parse_pptx(_save(deck), "upload").pages[0].blocks[1:] == (
+        Block(header, is_heading=True, table=context),
+        Block("| North | 10 | 20 |", table=context),
+        Block("| South | 30 | 40 |", table=context),
+    )
+
+
+def test_a_label_merged_across_body_cells_is_written_once() -> None:
+    deck = pptx.Presentation()
+    table = (
+        _slide(deck, BLANK).shapes.add_table(3, 3, Inches(0), Inches(0), Inches(4), Inches(1)).table
+    )
+    for r, values in enumerate([["Item", "Qty", "Price"], ["Pen", "3", "1"], ["Total", "", "3"]]):
+        for c, value in enumerate(values):
+            table.cell(r, c).text = value
+    table.cell(2, 0).merge(table.cell(2, 1))
+    blocks = parse_pptx(_save(deck), "upload").pages[0].blocks
+    assert [b.text for b in blocks] == [
+        "| Item | Qty | Price |",
+        "| Pen | 3 | 1 |",
+        "| Total |  | 3 |",
+    ]

@@ -150,3 +150,36 @@ def test_not_rtf_and_broken_endings() -> None:
     assert _texts(rb"{\rtf1 closed}} trailing garbage") == ["closed"]
     assert is_rtf(b"\xef\xbb\xbf {\\rtf1 x}")
     assert not is_rtf(b"{\\rt")
+
+
+def test_rows_marked_as_header_and_cells_merged_down() -> None:
+    """``\\trhdr`` marks Word's "repeat as header row"; ``\\clvmgf``/``\\clvmrg`` merge a
+    cell down, ``\\clmgf``/``\\clmrg`` across: the covered cells take the merged text."""
+    top = rb"\trowd\trhdr\clvmgf\cellx2000\clmgf\cellx4000\clmrg\cellx6000 "
+    second = rb"\trowd\trhdr\clvmrg\cellx2000\cellx4000\cellx6000 "
+    body = rb"\trowd\cellx2000\cellx4000\cellx6000 "
+    data = _rtf(
+        rb"\pard\s1 Sales\par"
+        + top
+        + rb"\pard\intbl Region\cell 2025\cell\cell\row"
+        + second
+        + rb"\pard\intbl \cell Q1\cell Q2\cell\row"
+        + body
+        + rb"\pard\intbl North\cell 10\cell 20\cell\row"
+        + rb"\pard After.\par"
+    )
+    blocks = parse_rtf(data, "fallback").pages[0].blocks
+    context = "Sales\n| Region | 2025 Q1 | 2025 Q2 |\n| --- | --- | --- |"
+    assert list(blocks[1:]) == [
+        Block("| Region | 2025 Q1 | 2025 Q2 |", is_heading=True, table=context),
+        Block("| North | 10 | 20 |", table=context),
+        Block("After."),
+    ]
+
+
+def test_a_marked_header_row_of_numbers_is_still_the_header() -> None:
+    row = rb"\trowd\cellx2000\cellx4000 "
+    data = _rtf(rb"\trowd\trhdr\cellx2000\cellx4000 \intbl 1\cell 2\cell\row" + row)
+    data = data[:-1] + rb"\intbl 3\cell 4\cell\row}"
+    blocks = parse_rtf(data, "fallback").pages[0].blocks
+    assert [(b.text, b.is_heading) for b in blocks] == [("| 1 | 2 |", True), ("| 3 | 4 |", False)]

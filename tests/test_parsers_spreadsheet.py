@@ -396,3 +396,52 @@ def test_csv_errors_keep_their_reasons() -> None:
         parse_csv(" \n\n", "blank")
     with pytest.raises(ParseError, match="malformed CSV:"):
         parse_csv('a,b\n"x' + "y" * 1_000_001 + '",z\n', "huge")
+
+
+def test_csv_merged_header_cells_as_excel_exports_them() -> None:
+    """A merged "2025" is written in the first column of its span, the others empty; the
+    "Region" merged down leaves the row under it empty."""
+    data = (
+        "Region,2025,,2026,\r\n"
+        ",Q1,Q2,Q1,Q2\r\n"
+        'London,"£612,400","£588,950","£645,760","£619,230"\r\n'
+        'Midlands,"£318,740","£302,615","£334,270","£321,160"\r\n'
+    )
+    page = parse_csv(data, "regional-sales").pages[0]
+    header = "| Region | 2025 Q1 | 2025 Q2 | 2026 Q1 | 2026 Q2 |"
+    assert page.blocks[0].text == header and page.blocks[0].is_heading
+    assert rows(page) == [
+        "| London | £612,400 | £588,950 | £645,760 | £619,230 |",
+        "| Midlands | £318,740 | £302,615 | £334,270 | £321,160 |",
+    ]
+    assert set(contexts(page)) == {f"regional-sales\n{header}\n{'| --- ' * 5}|"}
+
+
+def test_csv_title_line_over_a_blank_line_captions_the_table() -> None:
+    data = "Price list 2027,,\n,,\nPlan,Price,Seats\nSilver,500,30\n\nGold,900,60\n"
+    page = parse_csv(data, "prices").pages[0]
+    context = "prices — Price list 2027\n| Plan | Price | Seats |\n| --- | --- | --- |"
+    assert rows(page) == ["| Silver | 500 | 30 |", "| Gold | 900 | 60 |"]  # one table
+    assert set(contexts(page)) == {context}
+    note = parse_csv("Only a note\n", "note").pages[0]
+    assert [(b.text, b.table) for b in note.blocks] == [("Only a note", None)]
+
+
+def test_xlsx_two_header_rows_under_a_title_and_a_blank_row() -> None:
+    """The layout the table bench writes: title in A1, a blank row, a header whose
+    "Region" is merged down and whose years are merged over their quarters."""
+    workbook = Workbook()
+    sheet = workbook.active
+    assert sheet is not None
+    sheet.title = "Sales"
+    sheet["A1"] = "Sales by region"
+    sheet.append([])
+    sheet.append(["Region", 2025, None, 2026, None])
+    sheet.append([None, "Q1", "Q2", "Q1", "Q2"])
+    sheet.append(["North", 10, 20, 30, 40])
+    for cells in ("A3:A4", "B3:C3", "D3:E3"):
+        sheet.merge_cells(cells)
+    page = parse_xlsx(xlsx(workbook), "sales").pages[0]
+    header = "| Region | 2025 Q1 | 2025 Q2 | 2026 Q1 | 2026 Q2 |"
+    assert rows(page) == ["| North | 10 | 20 | 30 | 40 |"]
+    assert contexts(page) == [f"Sales — Sales by region\n{header}\n{'| --- ' * 5}|"]

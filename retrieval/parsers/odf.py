@@ -17,22 +17,27 @@ unmaintained since 2020 and hands XML to a parser without entity protection.
   paragraphs styled Title) are headings; paragraphs and list items are paragraphs, with
   ``text:s``, ``text:tab`` and ``text:line-break`` spelled out; footnotes and text boxes
   follow the paragraph they are anchored in; comments, tracked deletions and index
-  templates are left out. Tables go through :func:`tables.table_blocks`, their header
-  being ``table:table-header-rows`` or a first row that looks like one, their caption the
-  nearest heading above or the table's name.
+  templates are left out. Tables go through :func:`tables.grid_blocks`, their header
+  at least the ``table:table-header-rows`` (:func:`tables.split_header` finds more
+  under merged cells, or guesses it), their caption the nearest heading above or the
+  table's name.
 - ODS: a page per sheet with cells, numbered over the sheets kept ("Sheet “Prices”";
-  "(hidden)" after a hidden sheet's name: it is read too); the sheet's name is its
-  table's caption. Repetitions are bounded: a repeated empty row or cell costs nothing
-  however large its count (a sheet of 1,048,576 repeated empty rows takes milliseconds),
-  a repeated filled cell is expanded up to ``tables.MAX_COLUMNS``. A merged cell's text
-  is repeated into the cells it covers, so a merged header names each column.
+  "(hidden)" after a hidden sheet's name: it is read too). A sheet is laid out as an
+  XLSX sheet is, by :func:`tables.sheet_blocks`: blank rows split it into tables
+  captioned with the sheet's name and the title rows above them (a title in A1 over a
+  blank row, then the header). Cells typed as numbers, dates or truth values are data,
+  not labels; a merged cell's text fills the cells it covers in the header (a merged
+  "2025" names each quarter) and down its first column in the body. Repetitions are
+  bounded: a repeated empty row or cell costs nothing however large its count (a sheet
+  of 1,048,576 repeated empty rows takes milliseconds), a repeated filled cell is
+  expanded up to ``tables.MAX_COLUMNS``.
 - ODP: a page per slide, empty ones too ("Slide 3: Budget" when it has a title frame,
   "Slide 4 (hidden)" for a slide hidden in the show, still read), the title as heading,
   then the shapes' text and tables in document order, then the speaker notes ("Notes: ").
 
 Limits, refused at once with the reason: more than 1,000,000 filled table cells
-(repetitions counted), more than 5,000 slides, XML nested over 200 levels, and encrypted
-packages (a password protects them; we do not ask for it).
+(repetitions and the cells merges cover counted), more than 5,000 slides, XML nested over
+200 levels, and encrypted packages (a password protects them; we do not ask for it).
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ from defusedxml import DefusedXmlException
 
 from retrieval.parsers.errors import ParseError
 from retrieval.parsers.office_archive import check_archive
-from retrieval.parsers.tables import MAX_COLUMNS, looks_like_header, table_blocks
+from retrieval.parsers.sheets import SheetRow, sheet_blocks
+from retrieval.parsers.table_headers import Hint, grid_blocks
+from retrieval.parsers.tables import MAX_COLUMNS
 from retrieval.parsers.text import clean_text, single_page
 from retrieval.parsers.titles import named_title
 from retrieval.types import Block, ParsedDocument, ParsedPage
@@ -117,6 +124,11 @@ _COLUMNS_REPEATED = _q("table:number-columns-repeated")
 _ROWS_REPEATED = _q("table:number-rows-repeated")
 _COLUMNS_SPANNED = _q("table:number-columns-spanned")
 _ROWS_SPANNED = _q("table:number-rows-spanned")
+_VALUE_TYPE = _q("office:value-type")
+# A typed value is data, never a label; a string (even "2025") is text.
+_VALUE_HINTS = {"string": Hint.TEXT} | {
+    kind: Hint.NUMBER for kind in ("float", "percentage", "currency", "date", "time", "boolean")
+}
 # A cell's value when it has no displayed text (a generator wrote only the value).
 _VALUES = tuple(
     _q(f"office:{name}")
@@ -487,18 +499,19 @@ class _Budget:
 
 
 class _Rows:
-    """A table's rows as cell texts, repetitions bounded and merged cells spread.
+    """A table's rows: filled cells by column, typed (``tables.Hint``) and merged cells
+    marked, repetitions bounded.
 
-    Rows are numbered with their repetitions, so that a merge over rows that follow a
-    repeated row ends where it should.
+    Rows are numbered with their repetitions, so that blank rows split a sheet where they
+    stand and a merge over rows that follow a repeated row ends where it should.
     """
 
     def __init__(self, budget: _Budget):
-        self.header: list[list[str]] = []
-        self.body: list[list[str]] = []
+        self.rows: list[SheetRow] = []
         self._budget = budget
-        self._row = 0
-        self._merged: dict[int, tuple[str, int]] = {}  # column: text, the row it ends before
+        self._row = 0  # rows so far, repetitions counted
+        # column: the merge covering it (its first column and row, the row it ends before)
+        self._merged: dict[int, tuple[int, int, int]] = {}
 
     @classmethod
     def of_table(cls, table: Element, budget: _Budget) -> _Rows:
@@ -508,52 +521,65 @@ class _Rows:
         return rows
 
     def add(self, row: Element, in_header: bool) -> None:
-        cells = self._cells(row)
+        cells, hints = self._cells(row)
+        first = self._row + 1
         repeat = _count(row.get(_ROWS_REPEATED))
         self._row += repeat
-        filled = sum(1 for cell in cells if cell)
-        if not filled:
+        if not cells:
             return  # empty rows cost nothing, however many are repeated
-        self._budget.take(filled * repeat)  # before expanding: the count may be huge
-        (self.header if in_header else self.body).extend([cells] * repeat)
+        self._budget.take(len(cells) * repeat)  # before expanding: the count may be huge
+        self.rows.extend(SheetRow(first + k, cells, hints, in_header) for k in range(repeat))
 
     def blocks(self, caption: str) -> list[Block]:
-        rows = self.header + self.body
-        header_rows = len(self.header)
-        if not header_rows and rows and looks_like_header(rows[0], rows[1:]):
-            header_rows = 1
-        return table_blocks(rows, caption=caption, header_rows=header_rows)
+        """The rows as one table (a text's or a slide's; a sheet's are laid out by
+        ``tables.sheet_blocks``)."""
+        if not self.rows:
+            return []
+        columns = range(max(c for row in self.rows for c in (*row.cells, *row.hints)) + 1)
+        texts = [[row.cells.get(c, "") for c in columns] for row in self.rows]
+        hints = [[row.hints.get(c, Hint.NONE) for c in columns] for row in self.rows]
+        marked = next((r for r, row in enumerate(self.rows) if not row.marked), len(self.rows))
+        return grid_blocks(texts, hints, caption=caption, marked=marked)
 
-    def _cells(self, row: Element) -> list[str]:
-        cells: list[str] = []
+    def _cells(self, row: Element) -> tuple[dict[int, str], dict[int, Hint]]:
+        cells: dict[int, str] = {}
+        hints: dict[int, Hint] = {}
         column = 0
         for cell in row:
             if column >= MAX_COLUMNS:
                 break
-            if cell.tag == _CELL:
-                text = _cell_value(cell)
-                self._merge(cell, column, text)
-            elif cell.tag == _COVERED:
-                text = self._merged_text(column)
-            else:
+            if cell.tag not in (_CELL, _COVERED):
                 continue
             repeat = _count(cell.get(_COLUMNS_REPEATED))
-            if text:  # empty cells only move the column, however many are repeated
-                cells.extend([""] * (column - len(cells)))
-                cells.extend([text] * min(repeat, MAX_COLUMNS - column))
+            spanned = range(column, min(column + repeat, MAX_COLUMNS))
+            if cell.tag == _COVERED:
+                self._covered(spanned, hints)
+            elif text := _cell_value(cell):  # empty cells only move the column
+                self._merge(cell, column)
+                hint = _VALUE_HINTS.get(cell.get(_VALUE_TYPE) or "", Hint.NONE)
+                cells.update(dict.fromkeys(spanned, text))
+                hints.update(dict.fromkeys(spanned, hint))
+            else:
+                self._merge(cell, column)
             column += repeat
-        return cells
+        return cells, hints
 
-    def _merge(self, cell: Element, column: int, text: str) -> None:
+    def _merge(self, cell: Element, column: int) -> None:
         columns = _count(cell.get(_COLUMNS_SPANNED))
         rows = _count(cell.get(_ROWS_SPANNED))
-        if text and (columns > 1 or rows > 1):
+        if columns > 1 or rows > 1:
             for spanned in range(column, min(column + columns, MAX_COLUMNS)):
-                self._merged[spanned] = (text, self._row + rows)
+                self._merged[spanned] = (column, self._row, self._row + rows)
 
-    def _merged_text(self, column: int) -> str:
-        text, end = self._merged.get(column, ("", 0))
-        return text if self._row < end else ""
+    def _covered(self, columns: range, hints: dict[int, Hint]) -> None:
+        """Mark the covered cells as covered from the left or from above; each costs the
+        budget a cell, so a crafted sheet of covered cells stays bounded."""
+        self._budget.take(len(columns))
+        for column in columns:
+            first_column, first_row, end = self._merged.get(column, (0, 0, 0))
+            if self._row < end:
+                across = Hint.ACROSS if column > first_column else Hint.NONE
+                hints[column] = across | (Hint.BELOW if self._row > first_row else Hint.NONE)
 
 
 def _table_rows(element: Element, in_header: bool) -> Iterator[tuple[Element, bool]]:
@@ -605,7 +631,7 @@ def _sheets(archive: zipfile.ZipFile) -> list[ParsedPage]:
             if event == "start":
                 rows, name = _Rows(budget), _one_line(element.get(_TABLE_NAME) or "")
                 continue
-            blocks = rows.blocks(name)
+            blocks = sheet_blocks(name, rows.rows)
             if blocks:
                 hidden = element.get(_TABLE_STYLE) in hiding
                 label = _sheet_label(name, len(pages) + 1, hidden)

@@ -4,8 +4,9 @@ Each slide is a page labelled "Slide n" (with its title when it has one, and "hi
 the slide is hidden in the slide show; hidden slides are still read). A slide's blocks are
 its title as a heading, then the text of its shapes in reading order (top to bottom, left
 to right, group shapes opened), its tables through the one table model
-(``retrieval/parsers/tables.py``, captioned with the slide's title), and last its speaker
-notes, prefixed "Notes: ".
+(``retrieval/parsers/tables.py``, captioned with the slide's title; the header is the
+row PowerPoint flags as one, and the row under it when cells merged down or across say
+so), and last its speaker notes, prefixed "Notes: ".
 
 Why python-pptx: it is the maintained reader of PresentationML in Python, under the MIT
 licence (its one compiled dependency, lxml, is BSD), and it is the sibling of python-docx,
@@ -48,7 +49,7 @@ from pptx.text.text import TextFrame
 
 from retrieval.parsers.errors import ParseError
 from retrieval.parsers.office_archive import check_archive
-from retrieval.parsers.tables import looks_like_header, table_blocks
+from retrieval.parsers.table_headers import Hint, grid_blocks
 from retrieval.parsers.text import clean_text
 from retrieval.parsers.titles import named_title
 from retrieval.types import Block, ParsedDocument, ParsedPage
@@ -267,37 +268,30 @@ def _one_line(text: str) -> str:
 
 
 def _table_blocks(table: Table, caption: str) -> list[Block]:
-    rows = _cell_texts(table)
-    if not rows:
-        return []
+    texts, hints = _cells(table)
     # PowerPoint sets the header-row flag on every table it inserts and styles that row as
-    # the header, so a reader of the slide sees it as one; without the flag, guess.
-    header = table.first_row or looks_like_header(rows[0], rows[1:])
-    return table_blocks(rows, caption=caption, header_rows=1 if header else 0)
+    # the header; cells merged under it (a "Region" over two rows, a "2025" over its
+    # quarters) make the header longer (tables.split_header). Without the flag, it guesses.
+    return grid_blocks(texts, hints, caption=caption, marked=int(table.first_row))
 
 
-def _cell_texts(table: Table) -> list[list[str]]:
-    """The cells' text, a merged cell's text repeated in every cell it spans (so a merged
-    header names each column under it, as the table model expects).
-
-    A covered cell takes the text of its left neighbour (covered by a merge across) or of
-    the cell above (a merge down), which already holds the merge's text: one pass, however
-    large or overlapping the spans a crafted table declares.
-    """
-    rows: list[list[str]] = []
+def _cells(table: Table) -> tuple[list[list[str]], list[list[Hint]]]:
+    """The cells' text, a merged cell's in its first cell, the cells it covers empty and
+    marked as covered from the left or from above; ``tables.grid_blocks`` spreads the
+    merged text into them in one pass, however large or overlapping the spans a crafted
+    table declares."""
+    texts: list[list[str]] = []
+    hints: list[list[Hint]] = []
     for row in table.rows:
-        texts: list[str] = []
-        for c, cell in enumerate(row.cells):
+        texts.append([])
+        hints.append([])
+        for cell in row.cells:
             tc = cell._tc  # python-pptx says whether a cell is covered, not from which side
-            above = rows[-1] if rows else []
-            if tc.hMerge and c > 0:
-                texts.append(texts[c - 1])
-            elif tc.vMerge and c < len(above):
-                texts.append(above[c])
-            else:
-                texts.append(_one_line(cell.text))
-        rows.append(texts)
-    return rows
+            across = Hint.ACROSS if tc.hMerge else Hint.NONE
+            hint = across | (Hint.BELOW if tc.vMerge else Hint.NONE)
+            texts[-1].append("" if hint else _one_line(cell.text))
+            hints[-1].append(hint)
+    return texts, hints
 
 
 def _notes_blocks(slide: Slide) -> list[Block]:

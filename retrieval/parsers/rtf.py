@@ -15,8 +15,11 @@ What is read:
 - Headings: paragraphs with an outline level (``\\outlinelevel0`` to ``8``) or in a style
   of the style sheet named "heading …" or "Title" (or one that has an outline level).
 - Tables: cells (``\\cell``) and rows (``\\row``) through the one table model
-  (``retrieval/parsers/tables.py``), the first row the header when it looks like one,
-  captioned with the nearest heading above. A table nested in a cell joins its cell's text.
+  (``retrieval/parsers/tables.py``), captioned with the nearest heading above. The
+  header is at least the rows marked ``\\trhdr`` (Word's "repeat as header row");
+  ``tables.split_header`` finds more under cells merged across (``\\clmrg``) or down
+  (``\\clvmrg``), or guesses it from a first row of labels. A table nested in a cell
+  joins its cell's text.
 - Text as written: ``\\uN`` escapes (skipping the ``\\ucN`` fallback characters that follow),
   surrogate pairs, ``\\'hh`` escapes and raw 8-bit text in the document's code page
   (``\\ansicpgN``) or its font's (``\\fcharsetN``, ``\\cpgN``: Russian, Greek, CJK ...).
@@ -41,7 +44,7 @@ import re
 from collections.abc import Callable
 
 from retrieval.parsers.errors import ParseError
-from retrieval.parsers.tables import looks_like_header, table_blocks
+from retrieval.parsers.table_headers import Hint, grid_blocks
 from retrieval.parsers.text import clean_text, single_page
 from retrieval.parsers.titles import named_title
 from retrieval.types import Block, ParsedDocument
@@ -251,6 +254,12 @@ class _Reader:
         self.cell: list[str] = []
         self.row: list[str] = []
         self.rows: list[list[str]] = []
+        # The row definition (\trowd … \cellx): each cell's merge, whether a header row.
+        self.cell_hint = Hint.NONE
+        self.row_hints: list[Hint] = []
+        self.row_header = False
+        self.hints: list[list[Hint]] = []
+        self.header_rows: list[bool] = []
         self.last_heading = ""
         self.blocks: list[Block] = []
         self.words: dict[str, Callable[[int | None], None]] = {
@@ -262,6 +271,11 @@ class _Reader:
             "pard": self._pard,
             "intbl": self._intbl,
             "itap": self._itap,
+            "trowd": self._trowd,
+            "trhdr": self._trhdr,
+            "clmrg": lambda _: self._merged(Hint.ACROSS),
+            "clvmrg": lambda _: self._merged(Hint.BELOW),
+            "cellx": self._cellx,
             "outlinelevel": self._outlinelevel,
             "s": self._style,
             "f": self._font,
@@ -486,17 +500,40 @@ class _Reader:
             return
         if self._take_paragraph() or any(self.cell):  # text after the last \cell
             self._end_cell(None)
+        self._keep_row()
+        self.cell = []
+
+    def _keep_row(self) -> None:
         if self.row:
             self.rows.append(self.row)
-        self.row, self.cell = [], []
+            self.hints.append(list(self.row_hints))
+            self.header_rows.append(self.row_header)
+        self.row = []
 
     def _end_table(self) -> None:
-        if self.row:
-            self.rows.append(self.row)
-        rows, self.rows, self.row, self.cell = self.rows, [], [], []
+        self._keep_row()
+        rows, hints, header = self.rows, self.hints, self.header_rows
+        self.rows, self.hints, self.header_rows, self.cell = [], [], [], []
         if rows:
-            header = 1 if looks_like_header(rows[0], rows[1:]) else 0
-            self.blocks.extend(table_blocks(rows, caption=self.last_heading, header_rows=header))
+            marked = next((r for r, flag in enumerate(header) if not flag), len(rows))
+            caption = self.last_heading
+            self.blocks.extend(grid_blocks(rows, hints, caption=caption, marked=marked))
+
+    def _trowd(self, _: int | None) -> None:
+        if self.group.sink == _BODY:
+            self.cell_hint, self.row_hints, self.row_header = Hint.NONE, [], False
+
+    def _trhdr(self, _: int | None) -> None:
+        self.row_header = self.group.sink == _BODY
+
+    def _merged(self, hint: Hint) -> None:
+        if self.group.sink == _BODY:
+            self.cell_hint |= hint
+
+    def _cellx(self, _: int | None) -> None:
+        if self.group.sink == _BODY:
+            self.row_hints.append(self.cell_hint)
+            self.cell_hint = Hint.NONE
 
     def _finish(self) -> None:
         self._flush()

@@ -21,17 +21,13 @@ Encrypted workbooks are OLE files, not ZIP archives, and never come here.
 
 Layout: each worksheet with values is a page labelled ``Sheet “Name”`` (``(hidden)`` for
 hidden and very hidden sheets, which are read too); empty sheets and chart sheets are
-skipped, and pages are numbered 1, 2, 3 over the sheets kept. Blank rows split a sheet
-into blocks. A block is a table (``tables.table_blocks``) captioned with the sheet's name
-and the title rows above it: rows of one value at the block's left edge over wider rows
-(a merged title), or a block of one value before the table. A block after a blank row
-with the same columns as the table above, whose first row neither repeats its header nor
-puts text in a column of numbers, continues that table (groups set apart by blank
-rows). The header is the leading rows holding horizontally merged cells plus the row
-under them, else a first row that is all text (one column may be unlabelled); a numeric
-first row is data. A merged value fills every column it spans in the header (a merged
-"2025" names "2025 Q1" and "2025 Q2") and runs down its first column in the body (each
-row says its group). Values read as the cell shows them where that is cheap: dates as
+skipped, and pages are numbered 1, 2, 3 over the sheets kept. A sheet's cells are laid out
+as tables by ``tables.sheet_blocks``, as ODS and CSV sheets are: blank rows split it,
+title rows caption the table under them, a block going on with a table's columns
+continues it, and ``tables.split_header`` finds the header. This module gives it each
+cell's type (text or not: "2025" typed as a number is no label) and the cells each merged
+range covers, so a merged "2025" names "2025 Q1" and "2025 Q2" and a group merged down
+names each of its rows. Values read as the cell shows them where that is cheap: dates as
 ISO dates, integers without ".0", floats to 15 significant digits (no binary noise),
 fixed decimals, thousands separators, percentages and currency text from the number
 format, TRUE/FALSE, error values as written (``#DIV/0!``).
@@ -54,7 +50,7 @@ import re
 import warnings
 import zipfile
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
@@ -67,13 +63,14 @@ from openpyxl.worksheet._reader import WorkSheetParser
 
 from retrieval.parsers.errors import ParseError
 from retrieval.parsers.office_archive import check_archive
-from retrieval.parsers.tables import MAX_COLUMNS, table_blocks
+from retrieval.parsers.sheets import SheetRow, sheet_blocks
+from retrieval.parsers.table_headers import Hint
+from retrieval.parsers.tables import MAX_COLUMNS
 from retrieval.parsers.titles import named_title
 from retrieval.types import Block, ParsedDocument, ParsedPage
 
 MAX_CELLS = 1_000_000  # filled cells over the whole workbook
 MAX_EMPTY_RUN = 1_000  # rows in a row that the file holds without values: the sheet ends
-MAX_TITLE_ROWS = 3
 WORKBOOK_PART = "xl/workbook.xml"
 # What a damaged part makes openpyxl raise: bad XML (ElementTree's and lxml's errors are
 # SyntaxErrors), missing parts, values out of range.
@@ -185,12 +182,6 @@ def _label(sheet: Any) -> str:
 # --- reading a sheet's cells -----------------------------------------------------------
 
 
-@dataclass
-class _Row:
-    number: int
-    cells: dict[int, Cell]
-
-
 @dataclass(frozen=True)
 class _Merge:
     first_col: int
@@ -201,7 +192,7 @@ class _Merge:
 
 @dataclass
 class _Grid:
-    rows: list[_Row] = field(default_factory=list)
+    rows: list[SheetRow] = field(default_factory=list)
     merges: list[_Merge] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -216,14 +207,14 @@ def _read_sheet(sheet: Any, budget: _Budget) -> _Grid:
         parser = _parser(sheet, source)
         # Absent rows cost nothing: the parser yields only the rows the file holds.
         for number, raw_cells in parser.parse():
-            cells, cut = _row_cells(raw_cells, formats)
+            row, cut = _row(number, raw_cells, formats)
             cut_columns = cut_columns or cut
-            if cells:
-                budget.cells -= len(cells)
+            if row.cells:
+                budget.cells -= len(row.cells)
                 if budget.cells < 0:
                     budget.exhausted_at = _cell_limit_note(sheet.title, number)
                     break
-                grid.rows.append(_Row(number, cells))
+                grid.rows.append(row)
                 empty_run = 0
             elif not cut and (empty_run := empty_run + 1) >= MAX_EMPTY_RUN:
                 grid.notes.append(
@@ -242,16 +233,18 @@ def _read_sheet(sheet: Any, budget: _Budget) -> _Grid:
     return grid
 
 
-def _row_cells(raw_cells: list[dict[str, Any]], formats: _Formats) -> tuple[dict[int, Cell], bool]:
-    """A row's filled cells by column, and whether it had values right of the column limit."""
-    cells: dict[int, Cell] = {}
+def _row(number: int, raw_cells: list[dict[str, Any]], formats: _Formats) -> tuple[SheetRow, bool]:
+    """A row's filled cells by column, each typed as text or not, and whether it had
+    values right of the column limit."""
+    row = SheetRow(number, {})
     cut = False
     for raw in raw_cells:
         if raw["column"] > MAX_COLUMNS:
             cut = cut or raw["value"] is not None
         elif (cell := _cell(raw, formats)) is not None:
-            cells[raw["column"]] = cell
-    return cells, cut
+            row.cells[raw["column"]], is_text = cell
+            row.hints[raw["column"]] = Hint.TEXT if is_text else Hint.NUMBER
+    return row, cut
 
 
 def _parser(sheet: Any, source: Any) -> WorkSheetParser:
@@ -429,167 +422,30 @@ def _format_literal(part: str) -> str | None:
     return "".join(out)
 
 
-# --- from cells to tables ----------------------------------------------------------------
-
-
-@dataclass
-class _Table:
-    titles: list[str]
-    rows: list[_Row]
-    first_col: int
-    last_col: int
-    header_rows: int = 0
-    numeric: set[int] = field(default_factory=set)  # columns with numbers in the body
-
-    def add_body(self, rows: list[_Row]) -> None:
-        self.rows += rows
-        for row in rows:
-            self.numeric.update(column for column, (_, is_text) in row.cells.items() if not is_text)
+# --- merged ranges as hints for the one sheet layout ------------------------------------
 
 
 def _sheet_blocks(name: str, grid: _Grid, budget: _Budget) -> list[Block]:
-    spreads = _Spreads(grid, budget)
-    tables: list[_Table] = []
-    pending: list[str] = []  # title blocks waiting for the table under them
-    for rows in _blank_row_blocks(grid.rows):
-        titles, body = _split_titles(rows)
-        if not body:
-            pending += titles
-            continue
-        if not pending and not titles and tables and _continues(tables[-1], body, spreads):
-            tables[-1].add_body(body)
-            continue
-        table = _Table(pending + titles, body[:0], *_columns(body, spreads))
-        table.header_rows = _header_rows(body, table, spreads)
-        table.rows = body[: table.header_rows]
-        table.add_body(body[table.header_rows :])
-        tables.append(table)
-        pending = []
-    blocks = [block for table in tables for block in _table_blocks(name, table, spreads)]
-    return blocks + [Block(title) for title in pending]
+    _mark_merges(grid, budget)
+    return sheet_blocks(name, grid.rows)
 
 
-def _blank_row_blocks(rows: list[_Row]) -> Iterator[list[_Row]]:
-    """Runs of rows with no blank row between them."""
-    start = 0
-    for index in range(1, len(rows) + 1):
-        if index == len(rows) or rows[index].number > rows[index - 1].number + 1:
-            yield rows[start:index]
-            start = index
-
-
-class _Spreads:
-    """The sheet's merged ranges by the row of their top-left cell."""
-
-    def __init__(self, grid: _Grid, budget: _Budget):
-        self._budget = budget
-        self._numbers = [row.number for row in grid.rows]
-        self.by_origin = {(m.first_row, m.first_col): m for m in grid.merges}
-        self.by_row: dict[int, list[_Merge]] = {}
-        for merge in self.by_origin.values():
-            self.by_row.setdefault(merge.first_row, []).append(merge)
-        self.horizontal_rows = {m.first_row for m in grid.merges if m.last_col > m.first_col}
-
-    def rows_within(self, merge: _Merge, upto: int, width: int) -> list[int]:
-        """The numbers of the sheet's rows that ``merge`` spans, up to ``upto``; each row
-        costs the budget ``width`` cells, so crafted ranges cannot cost more than cells."""
-        low = bisect_left(self._numbers, merge.first_row)
-        high = bisect_right(self._numbers, min(upto, merge.last_row))
-        self._budget.spreads -= max(high - low, 0) * width
-        return self._numbers[low:high] if self._budget.spreads >= 0 else []
-
-    def width(self, row: int, column: int) -> int:
-        merge = self.by_origin.get((row, column))
-        return min(merge.last_col, MAX_COLUMNS) - column + 1 if merge else 1
-
-
-def _split_titles(rows: list[_Row]) -> tuple[list[str], list[_Row]]:
-    """Leading title rows (one value, at the block's left edge, over wider rows) and the
-    rows under them; a block of one one-value row is a title of its own."""
-    left = min(min(row.cells) for row in rows)
-    titles: list[str] = []
-    for index, row in enumerate(rows[:MAX_TITLE_ROWS]):
-        below = rows[index + 1 :]
-        alone = not below and index == 0
-        if len(row.cells) != 1 or left not in row.cells:
-            break
-        if not alone and not any(len(other.cells) > 1 for other in below):
-            break
-        titles.append(row.cells[left][0])
-    return titles, rows[len(titles) :]
-
-
-def _columns(rows: list[_Row], spreads: _Spreads) -> tuple[int, int]:
-    first = min(min(row.cells) for row in rows)
-    last = max(
-        column + spreads.width(row.number, column) - 1 for row in rows for column in row.cells
-    )
-    return first, last
-
-
-def _header_rows(rows: list[_Row], table: _Table, spreads: _Spreads) -> int:
-    """The header: rows with horizontally merged cells and the row under them, else the
-    first row when it is all text (a corner or one column may be unlabelled)."""
-    merged = 0
-    while merged < min(MAX_TITLE_ROWS, len(rows) - 1) and (
-        rows[merged].number in spreads.horizontal_rows
-    ):
-        merged += 1
-    if merged:
-        return merged + 1 if merged + 1 < len(rows) else merged
-    if len(rows) < 2:
-        return 0
-    first = rows[0].cells
-    if not all(is_text for _, is_text in first.values()):
-        return 0
-    width = table.last_col - table.first_col + 1
-    if width == 1:  # a list of names has no header; "Amount" over numbers has
-        return int(any(not is_text for row in rows[1:] for _, is_text in row.cells.values()))
-    return int(len(first) >= width - 1)
-
-
-def _continues(table: _Table, body: list[_Row], spreads: _Spreads) -> bool:
-    """Whether rows after a blank row are more of ``table``: same columns, and a first
-    row that neither repeats the header nor puts text where the table has numbers."""
-    if _columns(body, spreads) != (table.first_col, table.last_col):
-        return False
-    first = body[0].cells
-    if table.header_rows:
-        header = table.rows[table.header_rows - 1].cells
-        if {c: t for c, (t, _) in first.items()} == {c: t for c, (t, _) in header.items()}:
-            return False
-    return not any(is_text and column in table.numeric for column, (_, is_text) in first.items())
-
-
-def _table_blocks(name: str, table: _Table, spreads: _Spreads) -> list[Block]:
-    texts = {row.number: _row_texts(table, row) for row in table.rows}
-    _spread(texts, table, spreads)
-    caption = " — ".join([name, *table.titles])
-    return table_blocks(list(texts.values()), caption=caption, header_rows=table.header_rows)
-
-
-def _row_texts(table: _Table, row: _Row) -> list[str]:
-    texts = [""] * (table.last_col - table.first_col + 1)
-    for column, (text, _) in row.cells.items():
-        texts[column - table.first_col] = text
-    return texts
-
-
-def _spread(texts: dict[int, list[str]], table: _Table, spreads: _Spreads) -> None:
-    """Merged values into the cells they cover: across every column they span in the
-    header (so a merged "2025" names "Q1" and "Q2"), down their first column in the body
-    (so each row says its group). Other covered cells stay empty."""
-    header_end = table.rows[table.header_rows - 1].number if table.header_rows else 0
-    for row in table.rows:
-        for merge in spreads.by_row.get(row.number, ()):
-            value = row.cells.get(merge.first_col)
-            if value is None:
-                continue
-            in_header = row.number <= header_end
-            first = merge.first_col - table.first_col
-            last = min(merge.last_col, table.last_col) - table.first_col if in_header else first
-            upto = header_end if in_header else table.rows[-1].number
-            for number in spreads.rows_within(merge, upto, last - first + 1):
-                cells = texts.get(number)
-                if cells is not None:
-                    cells[first : last + 1] = [value[0]] * (last - first + 1)
+def _mark_merges(grid: _Grid, budget: _Budget) -> None:
+    """Mark the cells each merged range covers, in the rows the sheet holds, as covered
+    from the left or from above (``tables.Hint``); ``tables.sheet_blocks`` spreads the
+    merged value into them. Each covered row costs the budget the range's width, so
+    crafted ranges (overlapping, a million rows tall) cannot cost more than cells."""
+    numbers = [row.number for row in grid.rows]
+    for merge in grid.merges:
+        low = bisect_left(numbers, merge.first_row)
+        high = bisect_right(numbers, merge.last_row)
+        last = min(merge.last_col, MAX_COLUMNS)
+        budget.spreads -= max(high - low, 0) * (last - merge.first_col + 1)
+        if budget.spreads < 0:
+            return
+        for row in grid.rows[low:high]:
+            below = Hint.BELOW if row.number > merge.first_row else Hint.NONE
+            for column in range(merge.first_col, last + 1):
+                across = Hint.ACROSS if column > merge.first_col else Hint.NONE
+                if below or across:
+                    row.hints[column] = row.hints.get(column, Hint.NONE) | below | across

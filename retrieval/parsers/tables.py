@@ -14,11 +14,13 @@ table.
 Headers are flattened: a header of several rows (a merged "2025" over "Q1 | Q2") becomes
 one row whose cells join their parts ("2025 Q1 | 2025 Q2"). Cells keep their text as
 written (numbers are never reformatted); empty cells stay empty columns, so values never
-shift into a neighbour's column.
+shift into a neighbour's column. Which rows are the header is found in
+``table_headers.py``; how a sheet is cut into tables, in ``sheets.py``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from retrieval.types import Block
@@ -26,6 +28,7 @@ from retrieval.types import Block
 MAX_CELL_CHARS = 2_000  # a cell longer than this is cut (a paragraph pasted into a cell)
 MAX_COLUMNS = 256  # beyond this, columns are cut (a sheet with 16,384 used columns)
 _PIPE = "\\|"
+_DIGIT = re.compile(r"\d")
 
 
 def cell_text(value: object) -> str:
@@ -125,10 +128,12 @@ def looks_like_header(first: Sequence[str], rest: Sequence[Sequence[str]]) -> bo
     Word's "repeat as header row") do not need this guess."""
     if not rest or not first or not all(first):
         return False
-    return not any(_is_number(cell) for cell in first)
+    return not any(is_number(cell) for cell in first)
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
+    if not _DIGIT.search(text):
+        return False
     cleaned = text.replace(",", "").replace(" ", "").strip("%$€£¥+-()")
     try:
         float(cleaned)
