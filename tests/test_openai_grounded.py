@@ -164,6 +164,7 @@ def test_each_citation_field_comes_from_its_own_hit_field() -> None:
         "snippet": "The canteen opens at noon.",
         "url": "/documents/7/pages/3?chunk=41#passage",
         "boxes": [],  # not a PDF
+        "label": "",  # a page, not a slide or a sheet
     }
 
 

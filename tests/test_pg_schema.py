@@ -163,6 +163,7 @@ def test_each_owner_has_one_baseline_in_the_sqlite_owners_order() -> None:
     assert [m.name for m in pg_schema.PG_MIGRATIONS][1:] == [
         "retrieval.m002_lexical_terms",
         "retrieval.m003_lexical_stats",
+        "retrieval.m004_tables_and_page_labels",
     ]
     lexical = pg_schema.LEXICAL_STATEMENTS + pg_schema.LEXICAL_STATS_STATEMENTS
     assert [s for s in lexical if "?" in s or "%" in s] == []

@@ -136,7 +136,7 @@ def test_a_member_of_group_a_never_sees_a_passage_of_group_b(
     assert len(hidden) == 1
     assert hidden[0] | {"number": 0} == {
         "number": 0, "chunk_id": 0, "document_id": 0, "title": HIDDEN_TITLE, "page": 0,
-        "start": 0, "end": 0, "snippet": "", "url": "", "boxes": [],
+        "start": 0, "end": 0, "snippet": "", "url": "", "boxes": [], "label": "",
     }  # fmt: skip
     assert all(m["query"] is None and m["scope"] is None for m in api.json()["messages"])
     assert HIDDEN_TITLE in page.text and f"/documents/{teams['b_doc']}" not in page.text

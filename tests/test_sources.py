@@ -101,7 +101,7 @@ def test_a_directory_syncs_adds_changes_removes_and_leaves_hand_uploads(
             "beta.md": "# Beta\n\nThe okapi parking is behind the building.",
             "deep/gamma.txt": "Gamma: the narwhal printer is on floor two.",
             "same-as-hand.md": "# Shared\n\nThe axolotl rule applies to everyone.",
-            "picture.png": b"\x89PNG\r\n",  # a type no parser takes: skipped, never read
+            "picture.gif": b"GIF89a\x01\x00",  # a type no parser takes: skipped, never read
             "binary.md": BINARY,  # the parsers refuse its content: skipped with the reason
             ".git/HEAD.md": "hidden: never listed",
         },
@@ -117,8 +117,8 @@ def test_a_directory_syncs_adds_changes_removes_and_leaves_hand_uploads(
     assert first["status"] == "done", first
     assert counts(first) == (4, 0, 0, 0, 0, 2)
     skipped = {p["path"]: p["reason"] for p in first["problems"]}
-    assert set(skipped) == {"picture.png", "binary.md"}
-    assert "unsupported" in skipped["picture.png"] and "binary file" in skipped["binary.md"]
+    assert set(skipped) == {"picture.gif", "binary.md"}
+    assert "unsupported" in skipped["picture.gif"] and "binary file" in skipped["binary.md"]
     assert {d["status"] for d in documents(api)} == {"indexed"}
     assert len(documents(api)) == 5  # 3 synced + 2 by hand (the shared bytes are one document)
     assert found(api, "zebrafish canteen") == {"Alpha"}
