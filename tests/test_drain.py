@@ -223,9 +223,12 @@ def test_n3_stop_while_ingestion_embeds_a_large_document_exits_0_and_resumes(
     and the document finishes on the next start."""
     server = ServerProcess(tmp_path / "data", tmp_path / "server.log", generator_backend="fake")
     server.start()
+    # ~400 passages: about 20 s of embedding on 2 cores, so the signal finds the worker in
+    # its slices (the status is polled every 0.2 s), and the resumed run is short too. 15,000
+    # sections took 2.5-3 minutes a signal, a quarter of the whole SQLite pass.
     text = "\n\n".join(
         f"Section {i}. The policy on item {i} was reviewed by the board in meeting {i}."
-        for i in range(15_000)
+        for i in range(4_000)
     )
     response = http.post(f"{server.url}/api/documents", files=[("file", ("big.txt", text))])
     document_id = response.json()["documents"][0]["id"]

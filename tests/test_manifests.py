@@ -51,10 +51,9 @@ SECRET_EXAMPLES = {
 
 @cache
 def readme_settings() -> frozenset[str]:
-    """Every RAGDESK_* variable of README's configuration tables."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
-    return frozenset(re.findall(r"^\| `(RAGDESK_[A-Z0-9_]+)` \|", section, flags=re.MULTILINE))
+    """Every RAGDESK_* variable of the configuration guide's tables."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    return frozenset(re.findall(r"^\| `(RAGDESK_[A-Z0-9_]+)` \|", text, flags=re.MULTILINE))
 
 
 def ragdesk_metric_names() -> set[str]:
@@ -293,7 +292,7 @@ def test_probes_and_grace_period_match_the_server(overlay: str) -> None:
             }
             assert headers.get("host") in allowed, (deployment, probe)
         drain = float(config(overlay, deployment)["RAGDESK_DRAIN_S"])
-        # README "Stopping gracefully": at least RAGDESK_DRAIN_S plus ~10 s.
+        # docs/administering.md "Stopping gracefully": at least RAGDESK_DRAIN_S plus ~10 s.
         grace = ragdesk_pod(overlay, deployment)["terminationGracePeriodSeconds"]
         assert grace >= drain + 10, deployment
 
@@ -504,7 +503,7 @@ def test_every_setting_the_manifests_use_is_documented() -> None:
     assert len(documented) > 50  # the tables were found
     for where, settings in all_manifest_settings().items():
         unknown = set(settings) - documented
-        assert not unknown, f"{where} sets {sorted(unknown)}, not in README's Configuration"
+        assert not unknown, f"{where} sets {sorted(unknown)}, not in docs/configuration.md"
 
 
 def test_secret_placeholders_name_every_setting_a_secret_holds() -> None:

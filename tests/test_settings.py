@@ -15,7 +15,7 @@ from retrieval.index_types import IndexSpec
 from retrieval.ingest import IngestConfig
 from retrieval.search import SearchConfig
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
 
 def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:

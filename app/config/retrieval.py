@@ -51,7 +51,7 @@ def data_dir_leases(db: Database, settings: Settings) -> Leases:
 def build_embedder(settings: Settings) -> Embedder:
     """The configured embedder (heavy: loads the model)."""
     embed, backend = settings.embedder, settings.embedder.embedder_backend
-    if urls := embed.remote_urls():  # README § Remote embeddings (the backend is not used)
+    if urls := embed.remote_urls():  # docs/scaling.md § Remote embeddings (the backend is not used)
         from retrieval import remote_embedder
 
         key = embed.embedder_api_key

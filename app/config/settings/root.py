@@ -37,7 +37,7 @@ class _InDataDir:
 
 
 class Settings(BaseSettings):
-    """Runtime configuration in sections; README.md lists every field with its default.
+    """Runtime configuration in sections; docs/configuration.md lists every field with its default.
 
     Flat keywords still work and go to their section (``Settings(top_k=3)`` is
     ``Settings(search={"top_k": 3})``); a flat keyword beats a nested one for the same field.
