@@ -62,7 +62,9 @@ PG_TESTS = tests/test_admin.py tests/test_admin_groups_ui.py tests/test_answer_v
 pytest-postgres: setup
 	RAGDESK_TEST_STORE=postgresql HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/pytest $(PG_TESTS)
 
-test: lint typecheck pytest pytest-postgres
+# Each stage timed; the times are printed at the end (scripts/stages.sh).
+test:
+	@MAKE="$(MAKE)" bash scripts/stages.sh setup browser lint typecheck pytest pytest-postgres
 
 # Every benchmark of docs/BENCHMARKS.md, one after another (about an hour on 2 cores).
 bench: setup
