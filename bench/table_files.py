@@ -21,6 +21,7 @@ import zipfile
 from xml.sax.saxutils import escape, quoteattr
 
 from bench.table_formats import Span, Table, header_spans
+from tests.documents import pdf_file  # the suite's hand-written PDF: header, objects, xref
 
 _NS = (
     'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
@@ -261,20 +262,4 @@ def write_pdf(table: Table) -> bytes:
     assert add(b"<< /Type /Pages /Kids [%s] /Count %d >>" % (listed, len(kids))) == pages_id
     info = add(b"<< /Title (%s) >>" % _pdf_text(table.title).encode("cp1252"))
     catalog = add(b"<< /Type /Catalog /Pages %d 0 R >>" % pages_id)
-    return _pdf_file(objects, catalog, info)
-
-
-def _pdf_file(objects: list[bytes], catalog: int, info: int) -> bytes:
-    """Header, numbered objects, cross-reference table and trailer."""
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    out.writelines(b"%010d 00000 n \n" % offset for offset in offsets)
-    trailer = b"<< /Size %d /Root %d 0 R /Info %d 0 R >>" % (len(objects) + 1, catalog, info)
-    out.write(b"trailer\n" + trailer + b"\nstartxref\n%d\n%%%%EOF\n" % xref)
-    return out.getvalue()
+    return pdf_file(objects, catalog, info)

@@ -29,6 +29,16 @@ def ask(client: TestClient[Any], question: str) -> tuple[str, int]:
     return turn.headers["hx-push-url"], question_id
 
 
+def read_stream(client: TestClient[Any], question_id: int) -> tuple[list[str], threading.Thread]:
+    """The answer's stream read on a thread of its own; its body lands in the list."""
+    body: list[str] = []
+    reader = threading.Thread(
+        target=lambda: body.append(client.get(f"/ui/answers/{question_id}/stream").text)
+    )
+    reader.start()
+    return body, reader
+
+
 @pytest.fixture
 def slow_client(client: TestClient[Any]) -> TestClient[Any]:
     created = upload(client, ("leave.md", b"# Leave\n\nStaff get 28 days of paid leave.")).json()
@@ -44,12 +54,8 @@ def test_stop_ends_generation_and_stores_the_partial_answer(
     backend = fake_model(client)
     backend.enqueue(["**Leave**", *TOKENS])
     url, question_id = ask(client, "How much leave do staff get?")
-    body: list[str] = []
-    reader = threading.Thread(
-        target=lambda: body.append(client.get(f"/ui/answers/{question_id}/stream").text)
-    )
     started = time.monotonic()
-    reader.start()
+    body, reader = read_stream(client, question_id)
     chat = client.app.state.services.require_chat()
     wait_for(lambda: chat.running.is_running(question_id), timeout=5)
     time.sleep(3 * DELAY_S)  # a few tokens out
@@ -102,11 +108,7 @@ def test_a_stopped_answer_is_checked_like_a_finished_one_and_marked_unverified(
     backend = fake_model(client)
     backend.enqueue(["Staff get 35 days of paid leave [1].", *TOKENS])
     _, question_id = ask(client, "How much leave do staff get?")
-    body: list[str] = []
-    reader = threading.Thread(
-        target=lambda: body.append(client.get(f"/ui/answers/{question_id}/stream").text)
-    )
-    reader.start()
+    body, reader = read_stream(client, question_id)
     time.sleep(3 * DELAY_S)
     assert client.post(f"/ui/questions/{question_id}/stop").status_code == 204
     reader.join(timeout=5)
