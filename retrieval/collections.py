@@ -149,6 +149,11 @@ class Workspaces:
     def __init__(self, db: Database):
         self.db = db
 
+    def ensure(self, raw_name: str) -> int:
+        """The id of the collection named ``raw_name``, made if there is none: for the command
+        line's ``--collection``, under the same name rules as every other door."""
+        return self.create(raw_name)[0].id
+
     def get(self, collection_id: int) -> CollectionSettings | None:
         rows = self.db.read().execute(f"{_SELECT} WHERE c.id = ?", [collection_id])
         row = rows.fetchone()

@@ -215,6 +215,26 @@ def test_the_cli_refuses_invisible_blank_and_look_alike_names(
     assert code == 2 and "looks the same" in err
 
 
+def test_the_commands_that_make_a_collection_on_the_way_refuse_the_same_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ragdesk ingest --collection`` and ``ragdesk users create/grant --collection`` made
+    their collection without any of the name rules; they go through the same door now."""
+    data = str(tmp_path / "data")
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nThe okapi budget is 12 euros.")
+
+    def cli(*argv: str) -> tuple[int, str]:
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--data-dir", data])
+        return int(exited.value.code or 0), capsys.readouterr().err
+
+    code, err = cli("ingest", "--collection", "Legal\u3164", str(note))
+    assert code == 2 and "U+3164" in err
+    code, err = cli("users", "create", "ann", "--collection", "\u2800")
+    assert code == 2 and "blank" in err
+
+
 # --- POST /api/documents honours a "collection" form part ------------------------------------
 def _upload(client: TestClient[Any], **form: str) -> httpx.Response:
     files = [("file", ("note.md", b"# Note\n\nThe okapi budget is 12 euros.\n"))]

@@ -17,6 +17,7 @@ from app.auth.service import Auth, open_auth
 from app.auth.users import AccountError
 from app.config.settings import Settings
 from app.migrations import open_database
+from retrieval.collections import CollectionError, Workspaces
 from retrieval.store import DocumentStore
 
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         auth, store = open_auth(settings, db), DocumentStore(db)
         handler = _USERS if args.command == "users" else _KEYS
         return handler[args.verb](auth, store, args)
-    except AccountError as exc:
+    except (AccountError, CollectionError) as exc:
         print(f"ragdesk: {exc}", file=sys.stderr)
         return 2
     finally:
@@ -80,10 +81,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _user_create(auth: Auth, store: DocumentStore, args: argparse.Namespace) -> int:
+    # The collections first: a name they refuse must not leave an account made without them.
+    collection_ids = [Workspaces(store.db).ensure(name) for name in args.collections or ()]
     password = generate_password()
     user = auth.users.create(args.name, password, "admin" if args.admin else "staff")
-    for name in args.collections or ():
-        auth.members.add(store.ensure_collection(name), user.id, can_write=args.write)
+    for collection_id in collection_ids:
+        auth.members.add(collection_id, user.id, can_write=args.write)
     print(f"created {user.role} {user.name!r}; password (shown once):", file=sys.stderr)
     print(password)
     return 0
@@ -92,7 +95,7 @@ def _user_create(auth: Auth, store: DocumentStore, args: argparse.Namespace) -> 
 def _user_grant(auth: Auth, store: DocumentStore, args: argparse.Namespace) -> int:
     user = _require_user(auth, args.name)
     for name in args.collections:
-        auth.members.add(store.ensure_collection(name), user.id, can_write=args.write)
+        auth.members.add(Workspaces(store.db).ensure(name), user.id, can_write=args.write)
     access = "read and write" if args.write else "read"
     print(f"{user.name} may {access}: {', '.join(args.collections)}", file=sys.stderr)
     return 0

@@ -67,6 +67,7 @@ def run_ingest(
     )
     from app.migrations import open_database
     from retrieval.bulk import BulkIngest, find_files
+    from retrieval.collections import CollectionError, Workspaces
     from retrieval.ingest import IngestWorker
     from retrieval.library import Library
     from retrieval.store import DocumentStore
@@ -84,7 +85,12 @@ def run_ingest(
     db = open_database(settings)
     store = DocumentStore(db)
     library = Library(store, open_originals(settings))
-    collection_id = store.ensure_collection(collection)
+    try:
+        collection_id = Workspaces(db).ensure(collection)
+    except CollectionError as exc:
+        db.close()
+        print(f"ragdesk ingest: {exc}", file=sys.stderr)
+        return 2
     parser = build_parser(settings)
     worker: IngestWorker | None = None
     try:
