@@ -70,3 +70,19 @@ def test_a_cited_passage_as_the_inspectors_partial(client: TestClient[Any]) -> N
     assert '<mark id="passage">' in partial.text
     assert f'href="/documents/{document_id}/pages/1?chunk={chunk}#passage"' in partial.text
     assert client.get(f"/ui/documents/{document_id}/pages/9/passage").status_code == 404
+
+
+def test_a_damaged_zip_is_not_called_a_word_document() -> None:
+    """Every Office, OpenDocument and EPUB file is a ZIP: a broken one is not a DOCX."""
+    message = plain_error("could not read this XLSX file (BadZipFile)")
+    assert message == "The file is damaged: its ZIP container cannot be read."
+    assert "DOCX" not in message and "Word" not in message
+
+
+def test_one_document_is_not_one_documents(client: Any) -> None:
+    from tests.conftest import upload, wait_indexed
+
+    created = upload(client, ("only.md", b"# Only\n\nThe single document of the default."))
+    wait_indexed(client, created.json()["documents"][0]["id"])
+    library = client.get("/").text
+    assert 'aria-label="1 document"' in library and "1 documents" not in library

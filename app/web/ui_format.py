@@ -51,8 +51,9 @@ _PLAIN_ERRORS = (
     ("eof marker not found", "The PDF file is damaged or incomplete."),
     ("startxref", "The PDF file is damaged or incomplete."),
     ("not a readable pdf", "The file could not be read as a PDF: it may be damaged."),
-    ("file is not a zip file", "The DOCX file is damaged or is not a Word document."),
-    ("badzipfile", "The DOCX file is damaged or is not a Word document."),
+    # Every Office, OpenDocument and EPUB file is a ZIP archive.
+    ("file is not a zip file", "The file is damaged: its ZIP container cannot be read."),
+    ("badzipfile", "The file is damaged: its ZIP container cannot be read."),
     ("malformed csv", "The CSV file is malformed: check its quotes and separators."),
     ("codec can't decode", "The file's text encoding could not be read."),
 )
