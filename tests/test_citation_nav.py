@@ -64,6 +64,9 @@ def test_next_and_previous_walk_the_answers_citations_in_order(client: TestClien
     assert first.status_code == 200
     assert "Citation 1 of 3" in first.text
     assert nav_links(first.text) == {"next": f"{urls[1]}#passage"}
+    back = re.search(r'id="back-to-conversation" href="/c/(\d+)#message-(\d+)"', first.text)
+    assert back is not None and int(back.group(2)) == answer  # the viewer leads back to it
+    assert client.get(f"/c/{back.group(1)}").status_code == 200
     middle = client.get(nav_links(first.text)["next"])
     assert "Citation 2 of 3" in middle.text
     assert '<mark id="passage">' in middle.text and "kitchen makes soup" in middle.text

@@ -18,6 +18,7 @@ class CitationNav:
     total: int
     previous: str | None  # viewer links, None at either end
     next: str | None
+    conversation: str = ""  # the answer in its conversation: the way back from the viewer
 
 
 def readable_citations(services: Services, answer_id: int) -> list[Citation]:
@@ -55,9 +56,12 @@ def citation_nav(
     )
     if here is None:
         return None
+    answer = services.conversations.message(answer_id)
+    back = f"/c/{answer.conversation_id}#message-{answer_id}" if answer is not None else ""
     return CitationNav(
         position=here + 1,
         total=len(citations),
         previous=citations[here - 1].url_in(answer_id) if here > 0 else None,
         next=citations[here + 1].url_in(answer_id) if here + 1 < len(citations) else None,
+        conversation=back,
     )
