@@ -86,3 +86,13 @@ def test_one_document_is_not_one_documents(client: Any) -> None:
     wait_indexed(client, created.json()["documents"][0]["id"])
     library = client.get("/").text
     assert 'aria-label="1 document"' in library and "1 documents" not in library
+
+
+def test_a_member_of_no_collection_is_told_so(client: TestClient[Any]) -> None:
+    add_user(client, "newcomer")
+    assert 'id="no-collections"' not in client.get("/").text  # the admin reads them all
+    client.cookies.clear()
+    client.headers.pop("X-CSRF-Token", None)
+    login(client, "newcomer")
+    page = client.get("/").text
+    assert 'id="no-collections"' in page and "ask an administrator" in page
