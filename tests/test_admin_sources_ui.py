@@ -144,6 +144,18 @@ def test_an_admin_creates_syncs_inspects_and_deletes_a_directory_source(
     page.emulate_media(color_scheme="dark")
     shot(page, "sources-synced-dark")
     page.emulate_media(color_scheme="light")
+    # On a phone the page stays as wide as the window: the tables scroll in their boxes.
+    viewport = page.viewport_size
+    page.set_viewport_size({"width": 390, "height": 800})
+    wider = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    culprits = page.evaluate(
+        "() => [...document.querySelectorAll('body *')].filter(e => "
+        "e.getBoundingClientRect().right > window.innerWidth + 1 && !e.closest('nav')).slice(0, 12).map(e => "
+        "e.tagName + '.' + e.className + '#' + e.id + ' ' + Math.round(e.getBoundingClientRect().right))"
+    )
+    assert wider == 0, f"/admin/sources is {wider} px wider than a 390 px phone: {culprits}"
+    shot(page, "sources-synced-narrow")
+    page.set_viewport_size(viewport)
 
     # The documents are in the collection and in search.
     collection = next(
