@@ -52,8 +52,15 @@ def test_admin_creates_a_user_and_grants_a_collection(client: TestClient[Any]) -
     password = re.search(r'id="new-user-password">([^<]+)<', created.text).group(1)  # type: ignore[union-attr]
     assert client.post("/admin/users", data={"name": "dave"}).status_code == 422
     assert client.post("/admin/users", data={"name": "../x"}).status_code == 422
-    granted = client.post("/admin/members", data={"user": "dave", "collection": "hr"})
+    typo = client.post("/admin/members", data={"user": "dave", "collection": "hr"})
+    assert typo.status_code == 422 and "create it if it is new" in typo.text  # asked, not made
+    assert all(c.name != "hr" for c in client.app.state.services.store.collections())
+    granted = client.post(
+        "/admin/members", data={"user": "dave", "collection": "hr", "create": "on"}
+    )
     assert granted.status_code == 200 and "dave (read)" in granted.text
+    again = client.post("/admin/members", data={"user": "dave", "collection": "HR"})
+    assert again.status_code == 200  # an existing one, in any case, needs no box
     client.cookies.clear()
     login(client, "dave", password)
     assert "hr" in client.get("/").text

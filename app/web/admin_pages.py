@@ -183,7 +183,8 @@ class AdminPages(Controller):
         collection = _text(form, "collection", 100)
         if user is None or not collection:
             raise UnprocessableInput("give an existing user and a collection name")
-        collection_id = await asyncio.to_thread(_collection_for_member, request, collection)
+        create = form.get("create") == "on"
+        collection_id = await asyncio.to_thread(_collection_for_member, request, collection, create)
         write = form.get("can_write") == "on"
         await asyncio.to_thread(services.auth.members.add, collection_id, user.id, can_write=write)
         return Redirect("/admin", status_code=303)
@@ -213,12 +214,18 @@ class AdminPages(Controller):
         return Redirect("/admin", status_code=303)
 
 
-def _collection_for_member(request: Request[Any, Any, Any], name: str) -> int:
-    """The collection named (regardless of case), or a new one: created as "New
-    collection" creates it (name checked, audited)."""
+def _collection_for_member(request: Request[Any, Any, Any], name: str, create: bool) -> int:
+    """The collection named (regardless of case), or, when the admin said so (``create``),
+    a new one, made as "New collection" makes it (name checked, audited): a typo must not
+    make a collection nobody asked for."""
     services = _services(request)
     found = Workspaces(services.db).by_name(name)
     if found is not None:
         return found.id
+    if not create:
+        raise UnprocessableInput(
+            f"no collection is named {name[:100]!r}: pick one from the list, or check "
+            "“create it if it is new” to make it"
+        )
     made, _ = workspaces.create(workspaces.Desk.of(services), _principal(request), name)
     return made.id
