@@ -180,7 +180,7 @@ def _web_handlers(settings: Settings) -> list[ControllerRouterHandler]:
         create_static_files_router(
             path="/static",
             directories=[settings.static_dir],
-            opt={"public": True},
+            opt={"public": True, "storeless": True},  # served while the database is away
             before_request=_refuse_impossible_file_names,
         ),
     ]

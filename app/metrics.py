@@ -2,11 +2,14 @@
 
 Counters and histograms are fed by the engines as things happen (``EngineObserver``);
 gauges are read from each loaded backend, and from the ingestion worker (index, queue,
-embedding cache), when Prometheus scrapes.
+embedding cache), when Prometheus scrapes. A scrape never waits on the database: what is
+read from it (the vector count on PostgreSQL) is left out when it does not come within
+``STORE_READ_WAIT_S``, and ``ragdesk_database_up`` is the watch's last finding.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 GAP_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+STORE_READ_WAIT_S = 0.5  # how long a scrape waits for a number read from the database
 
 
 class Metrics:
@@ -231,13 +235,13 @@ class _RetrievalGauges(Collector):
         worker = self._worker()
         if worker is None:  # still loading, or the embedder failed to
             return
-        try:  # on PostgreSQL (pgvector) the index's numbers are read from the database
-            count, mapped = worker.index.count, worker.index.mapped
-            pending, usage = worker.pending, worker.cache_usage
-        except Exception as exc:
-            if not is_store_unavailable(exc):
-                raise
-            return  # the database is away: ragdesk_database_up says so
+        index = worker.index
+        # on PostgreSQL (pgvector) the vector count is read from the database
+        remote = worker.store.db.dialect == "postgresql"
+        count = _read_briefly(lambda: index.count) if remote else index.count
+        if count is None:
+            return  # the database is away or slow: ragdesk_database_up says so
+        mapped, pending, usage = index.mapped, worker.pending, worker.cache_usage
         yield GaugeMetricFamily(
             "ragdesk_index_vectors", "Passages in the vector index.", value=count
         )
@@ -258,3 +262,27 @@ class _RetrievalGauges(Collector):
             cache.add_metric(["total"], usage.bytes)
             cache.add_metric(["spare"], usage.spare_bytes)
             yield cache
+
+
+def _read_briefly(read: Callable[[], int]) -> int | None:
+    """``read()`` on a thread of its own, waited for ``STORE_READ_WAIT_S``: None when it
+    takes longer (it ends by itself, within the database's bound) or the database fails."""
+    outcome: list[int | BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append(read())
+        except BaseException as exc:  # handed to the scrape below
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="ragdesk-metrics-read", daemon=True).start()
+    if not done.wait(STORE_READ_WAIT_S):
+        return None
+    if isinstance(found := outcome[0], BaseException):
+        if is_store_unavailable(found):
+            return None
+        raise found
+    return found

@@ -47,7 +47,7 @@ def open_database(where: Path | Settings) -> Database:
         db = PostgresDatabase(
             where.server.database_url.get_secret_value(),
             pool_size=where.server.database_pool_size,
-            statement_timeout_s=where.server.database_timeout_s,
+            timeout_s=where.server.database_timeout_s,
         )
     else:
         db = SqliteDatabase(where.db_path)

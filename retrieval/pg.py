@@ -12,6 +12,10 @@ run on connections from a psycopg pool.
   stored as 0/1 (the schema keeps SQLite's integer flags).
 - The server unreachable, a timeout, or a read-only server raise :class:`StoreUnavailable`
   (the app answers 503 with Retry-After); the URL's password never appears in it.
+- Every wait is bounded by ``timeout_s`` (``RAGDESK_DATABASE_TIMEOUT_S``): connecting,
+  taking a pooled connection, each statement on the server, and a server that stops
+  answering altogether (retrieval/pg_bounds.py); once one has, calls fail at once for a
+  few seconds rather than each waiting out the bound.
 """
 
 from __future__ import annotations
@@ -33,6 +37,14 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from retrieval.db import Database
 from retrieval.migrations import Migration
+from retrieval.pg_bounds import (
+    ServerSilent,
+    Silence,
+    connect_timeout,
+    connection_class,
+    connection_parameters,
+    patient,
+)
 from retrieval.pg_dialect import Translated, translate
 from retrieval.sql import Dialect, IntegrityError, Params
 
@@ -174,26 +186,29 @@ class PostgresDatabase(Database):
         url: str,
         *,
         pool_size: int = 10,
-        connect_timeout_s: float = 5.0,
-        statement_timeout_s: float = 60.0,
+        timeout_s: float = 60.0,
     ):
+        """``timeout_s``: the longest any one wait on the server may take (see above)."""
         self.url = url
         self.shown_url = redacted(url)
+        self.timeout_s = timeout_s
+        self._silence = Silence(timeout_s)
         self._write_lock = threading.Lock()  # one writer per process queues here, not in PG
         self._identity_tables: frozenset[str] = frozenset()
-        options = f"-c statement_timeout={int(statement_timeout_s * 1000)} -c lock_timeout=30000"
+        self._connection_class = connection_class(timeout_s)
         self._pool = ConnectionPool(
             url,
+            connection_class=self._connection_class,
             min_size=1,
             max_size=pool_size,
-            kwargs={"connect_timeout": max(1, int(connect_timeout_s)), "options": options},
+            kwargs=connection_parameters(timeout_s),
             configure=self._configure,
-            timeout=connect_timeout_s,  # how long a request waits for a connection, then 503
+            timeout=timeout_s,  # how long a request waits for a connection, then 503
             open=False,
             name="ragdesk",
         )
         try:
-            self._pool.open(wait=True, timeout=connect_timeout_s + 5.0)
+            self._pool.open(wait=True, timeout=connect_timeout(timeout_s) + 5.0)
         except PoolTimeout as exc:
             self._pool.close()
             raise StoreUnavailable(f"cannot reach the database at {self.shown_url}") from exc
@@ -222,10 +237,10 @@ class PostgresDatabase(Database):
     ) -> Iterator[psycopg.Connection[Any]]:
         """``held`` (a transaction's), or a pooled connection in autocommit for one read."""
         if held is not None:
-            with _unavailable_on_failure(self.shown_url):
+            with self._failures():
                 yield held
             return
-        with _unavailable_on_failure(self.shown_url), self._pool.connection() as conn:
+        with self._failures(), self._pooled() as conn:
             yield conn
 
     @contextmanager
@@ -233,13 +248,43 @@ class PostgresDatabase(Database):
         """One pooled connection inside a read-only transaction, for statements in
         PostgreSQL's own SQL that belong together (``SET LOCAL`` settings, then the query
         they tune): ``%s`` placeholders, run as written, rows as ``read()`` gives them."""
-        with (
-            _unavailable_on_failure(self.shown_url),
-            self._pool.connection() as conn,
-            conn.transaction(),
-        ):
+        with self._failures(), self._pooled() as conn, conn.transaction():
             conn.execute("SET TRANSACTION READ ONLY")
             yield conn
+
+    @contextmanager
+    def _pooled(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection, unless the server was found silent a moment ago. None
+        coming within ``timeout_s`` counts as silence too: every connection is stuck on
+        the server, or a new one cannot be made."""
+        if self._silence.holding:
+            raise StoreUnavailable(self._silence.reason(f"the database at {self.shown_url}"))
+        try:
+            conn = self._pool.getconn()
+        except PoolTimeout:
+            self._silence.met()
+            raise
+        try:
+            with conn:  # as the pool's own ``connection()``: commit, or roll back on error
+                yield conn
+        finally:
+            self._pool.putconn(conn)
+
+    def _failures(self) -> AbstractContextManager[None]:
+        return _unavailable_on_failure(self.shown_url, self._silence)
+
+    @contextmanager
+    def _write_turn(self) -> Iterator[None]:
+        """This process's turn to write, waited for ``timeout_s`` at most."""
+        if not self._write_lock.acquire(timeout=self.timeout_s):
+            raise StoreUnavailable(
+                f"the database at {self.shown_url} is busy: a write waited"
+                f" {self.timeout_s:g} s for this front's others"
+            )
+        try:
+            yield
+        finally:
+            self._write_lock.release()
 
     def returning_id(self, translated: Translated) -> str:
         """An INSERT into a table keyed by an identity ``id`` returns it (``lastrowid``)."""
@@ -250,12 +295,7 @@ class PostgresDatabase(Database):
     # --- Database ----------------------------------------------------------------------------
     @contextmanager
     def _transaction(self, *, native: bool = False) -> Iterator[PgSession]:
-        with (
-            self._write_lock,
-            _unavailable_on_failure(self.shown_url),
-            self._pool.connection() as conn,
-            conn.transaction(),
-        ):
+        with self._write_turn(), self._failures(), self._pooled() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [WRITE_LOCK])
             yield PgSession(self, conn, native=native)
 
@@ -308,12 +348,21 @@ class PostgresDatabase(Database):
         return self._held(name, key)
 
     def ping(self) -> float:
-        """Seconds one round trip takes; raises StoreUnavailable."""
+        """Seconds one round trip takes; raises StoreUnavailable. Asks the server even
+        while it is taken as silent: an answer ends that at once."""
         start = time.perf_counter()
-        row = self.read().execute("SELECT pg_is_in_recovery()").fetchone()
+        with self._failures(), self._pool.connection() as conn:
+            row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        self._silence.heard()
         if row is not None and row[0]:
             raise StoreUnavailable(f"the database at {self.shown_url} is read-only (a standby)")
         return time.perf_counter() - start
+
+    def silent(self) -> str | None:
+        """Why calls fail at once just now (the server was found silent), or None."""
+        if not self._silence.holding:
+            return None
+        return self._silence.reason(f"the database at {self.shown_url}")
 
     # --- messages between fronts -------------------------------------------------------------
     def notify(self, channel: str, payload: str) -> None:
@@ -329,13 +378,16 @@ class PostgresDatabase(Database):
         def run() -> None:
             while not stopping.is_set():
                 try:
-                    with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                    with self._connection_class.connect(
+                        self.url, autocommit=True, **connection_parameters(self.timeout_s)
+                    ) as conn:
                         conn.execute(
                             psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel))
                         )
-                        while not stopping.is_set():
-                            for note in conn.notifies(timeout=1.0):
-                                deliver(note.payload)
+                        with patient(conn):  # quiet between notifications: each wait is 1 s
+                            while not stopping.is_set():
+                                for note in conn.notifies(timeout=1.0):
+                                    deliver(note.payload)
                 except psycopg.OperationalError:
                     log.warning(
                         "listening on %s: the database at %s dropped", channel, self.shown_url
@@ -363,7 +415,7 @@ class PostgresDatabase(Database):
 
 
 @contextmanager
-def _unavailable_on_failure(shown_url: str) -> Iterator[None]:
+def _unavailable_on_failure(shown_url: str, silence: Silence) -> Iterator[None]:
     try:
         yield
     except psycopg.IntegrityError as exc:
@@ -372,5 +424,8 @@ def _unavailable_on_failure(shown_url: str) -> Iterator[None]:
         raise StoreUnavailable(f"the database at {shown_url} is read-only") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise StoreUnavailable(f"the database at {shown_url} answered too slowly") from exc
+    except ServerSilent as exc:
+        silence.met()
+        raise StoreUnavailable(silence.reason(f"the database at {shown_url}")) from exc
     except (psycopg.OperationalError, PoolTimeout) as exc:
         raise StoreUnavailable(f"cannot reach the database at {shown_url}") from exc

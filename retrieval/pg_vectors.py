@@ -114,9 +114,13 @@ class PgVectorIndex:
         if self.dimension > HNSW_MAX_DIMENSION:
             log.warning("%dd vectors are beyond HNSW: searches scan exactly", self.dimension)
             return False
+        from retrieval.pg_bounds import patient  # psycopg: this module loads without it
+
         made = False
         try:
-            with self.db.connection() as conn:  # autocommit: CONCURRENTLY needs no transaction
+            # autocommit: CONCURRENTLY needs no transaction; the server is silent until the
+            # build ends, which may take minutes: no bound on its silence either
+            with self.db.connection() as conn, patient(conn):
                 conn.execute("SET statement_timeout = 0")  # a large build takes minutes
                 conn.execute("SET lock_timeout = 0")
                 try:

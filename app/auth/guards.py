@@ -7,6 +7,14 @@ Requests authenticated by the session cookie must also carry the session's CSRF 
 (``X-CSRF-Token`` header, which htmx sends from ``hx-headers``, or a ``csrf_token`` form
 field) on every state-changing method, and may not come from a foreign origin. Bearer
 keys are not sent by browsers on their own, so they need neither.
+
+What the guard asks the database (keys, sessions, rate limits, rows named in the path)
+runs on a worker thread, never on the event loop: a database that stops answering holds
+up the requests that need it, for ``RAGDESK_DATABASE_TIMEOUT_S`` at most, not the server.
+Two kinds of route answer whatever the database does: ``opt={"storeless": True}``
+(liveness, static files) asks nothing about who is asking, and ``opt={"store_free": True}``
+(readiness, metrics) waits ``STORE_FREE_WAIT_S`` for the answer, then takes a key this
+process verified lately (``ApiKeys.verified_lately``) or, on a public route, no one.
 """
 
 from __future__ import annotations
@@ -14,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import re
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from litestar.connection import ASGIConnection, Request
 from litestar.handlers.base import BaseRouteHandler
@@ -24,9 +34,11 @@ from app.auth.resources import check_path_rows
 from app.auth.scope import NO_ACCESS, Access, set_access
 from app.auth.service import Auth
 from app.auth.sessions import COOKIE_NAME
-from app.errors import AppError
+from app.errors import AppError, is_store_unavailable
 
+T = TypeVar("T")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+STORE_FREE_WAIT_S = 0.5  # how long readiness and metrics wait to learn who is asking
 CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf_token"
 API_PREFIXES = ("/api/", "/v1/", "/metrics")
@@ -84,17 +96,58 @@ def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-async def identify(connection: ASGIConnection[Any, Any, Any, Any], auth: Auth) -> Principal | None:
+Who = tuple[Principal | None, frozenset[int] | None]  # and the collections it may read
+
+
+def identify(connection: ASGIConnection[Any, Any, Any, Any], auth: Auth) -> Principal | None:
     """The key's principal when an Authorization header is sent (a bad key is no one, even
-    with a cookie), else the session's."""
+    with a cookie), else the session's. Asks the database: call it on a worker thread."""
     token = bearer_token(connection)
     if token is not None:
-        return await key_principal(connection, auth, token)
+        return key_principal(connection, auth, token)
     cookie = connection.cookies.get(COOKIE_NAME)
-    return await session_principal(connection, auth, cookie) if cookie else None
+    return session_principal(connection, auth, cookie) if cookie else None
 
 
-async def key_principal(
+def who(connection: ASGIConnection[Any, Any, Any, Any], auth: Auth) -> Who:
+    principal = identify(connection, auth)
+    return principal, auth.members.readable(principal) if principal is not None else frozenset()
+
+
+async def who_without_waiting(
+    connection: ASGIConnection[Any, Any, Any, Any], auth: Auth, *, public: bool, wait_s: float
+) -> Who:
+    """``who``, waited for ``wait_s`` (not at all while the database is known to be
+    away); past that, or the database failing, a key verified lately stands in,
+    else no one on a public route (readiness tells no detail then). A key never verified
+    here waits for the database, as on any route."""
+    lookup, failed = None, None
+    if not store_known_away(connection):
+        lookup = _in_thread(who, connection, auth)
+        try:
+            return await asyncio.wait_for(asyncio.shield(lookup), wait_s)
+        except Exception as exc:
+            if not isinstance(exc, TimeoutError) and not is_store_unavailable(exc):
+                raise
+            failed = None if isinstance(exc, TimeoutError) else exc
+    token = bearer_token(connection)
+    remembered = auth.keys.verified_lately(token) if token else None
+    if remembered is not None:
+        return remembered, remembered.key_collections if remembered.is_admin else frozenset()
+    if public:
+        return None, frozenset()
+    if failed is not None:
+        raise failed
+    return await (lookup or _in_thread(who, connection, auth))
+
+
+def store_known_away(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    """Whether the database watch last found the database unusable (asks nothing)."""
+    services = getattr(connection.app.state, "services", None)
+    return services is not None and services.database.problem(wait=False) is not None
+
+
+def key_principal(
     connection: ASGIConnection[Any, Any, Any, Any], auth: Auth, token: str
 ) -> Principal | None:
     """The key's principal; a wrong or unknown key counts against the client's address,
@@ -114,7 +167,7 @@ def client_address(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
     return connection.client.host if connection.client else "unknown"
 
 
-async def session_principal(
+def session_principal(
     connection: ASGIConnection[Any, Any, Any, Any], auth: Auth, cookie: str
 ) -> Principal | None:
     """The session's user. A session past its lifetime or idle timeout is deleted (so the
@@ -125,10 +178,10 @@ async def session_principal(
     if session is None:
         return None
     if not sessions.live(session):
-        await asyncio.to_thread(sessions.delete, cookie)
+        sessions.delete(cookie)
         return None
     if sessions.touch_due(session) and not is_background_poll(connection):
-        await asyncio.to_thread(sessions.touch, cookie)
+        sessions.touch(cookie)
     return Principal(session.user, csrf_token=session.csrf_token)
 
 
@@ -140,11 +193,22 @@ def is_background_poll(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
 async def require_principal(
     connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
 ) -> None:
+    if handler.opt.get("storeless"):  # liveness, static files: nothing depends on who asks
+        connection.scope["user"] = None
+        set_access(NO_ACCESS)
+        return
     auth = auth_of(connection)
-    principal = await identify(connection, auth)
+    public = bool(handler.opt.get("public"))
+    until = time.monotonic() + STORE_FREE_WAIT_S  # store_free: the guard's whole wait
+    if handler.opt.get("store_free"):
+        principal, readable = await who_without_waiting(
+            connection, auth, public=public, wait_s=STORE_FREE_WAIT_S
+        )
+    else:
+        principal, readable = await asyncio.to_thread(who, connection, auth)
     connection.scope["user"] = principal
-    set_access(Access(principal, auth.members.readable(principal)) if principal else NO_ACCESS)
-    if handler.opt.get("public") or connection.scope.get("method") == "OPTIONS":
+    set_access(Access(principal, readable) if principal else NO_ACCESS)
+    if public or connection.scope.get("method") == "OPTIONS":
         return  # OPTIONS: Litestar's own Allow/CORS preflight answers, which carry no key
     if principal is None:
         raise NotAuthenticated()
@@ -158,6 +222,31 @@ async def require_principal(
         raise Forbidden("this needs an admin's session or key (not collection-limited)")
     if handler.opt.get("account") and not principal.via_session:
         raise Forbidden("keys and passwords are managed from a signed-in session, not with a key")
+    admitting = _in_thread(admit, connection, auth, principal)
+    if not handler.opt.get("store_free"):
+        await admitting
+        return
+    # metrics: counted and recorded as any use, but not waited for past the short bound
+    if store_known_away(connection):
+        return
+    try:
+        await asyncio.wait_for(asyncio.shield(admitting), max(0.0, until - time.monotonic()))
+    except Exception as exc:
+        if not isinstance(exc, TimeoutError) and not is_store_unavailable(exc):
+            raise
+
+
+def _in_thread(work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """``work(*args)`` on a worker thread; its outcome may go unheard (a short wait gave
+    up on it) without asyncio logging an exception nobody retrieved."""
+    future = asyncio.ensure_future(asyncio.to_thread(work, *args))
+    future.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return future
+
+
+def admit(connection: ASGIConnection[Any, Any, Any, Any], auth: Auth, principal: Principal) -> None:
+    """The rate limit, the rows named in the path, the key's last use: asks the database."""
+    method = connection.scope.get("method", "GET")
     if connection.url.path.startswith(API_PREFIXES) or method not in SAFE_METHODS:
         wait = auth.buckets.take(principal.rate_key)
         if wait > 0:
@@ -167,7 +256,7 @@ async def require_principal(
         auth, services.store, principal, connection.path_params, writing=method not in SAFE_METHODS
     )
     if principal.key_id is not None and auth.keys.touch_due(principal.key_id):
-        await asyncio.to_thread(auth.keys.touch, principal.key_id)
+        auth.keys.touch(principal.key_id)
 
 
 def own_origin(connection: ASGIConnection[Any, Any, Any, Any]) -> str:

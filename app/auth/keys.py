@@ -1,13 +1,21 @@
 """API keys: ``rdk_<prefix>_<secret>``. Only the SHA-256 of the whole key is stored; the
-public prefix finds the row and the hashes are compared in constant time."""
+public prefix finds the row and the hashes are compared in constant time.
+
+The keys this process verified lately are remembered (their hash, never the key) for one
+use only: probes and ``/metrics`` answer while the database does not, and a scraper's key
+cannot be checked then (``verified_lately``). A key revoked here, or found wrong, is
+forgotten at once; one revoked through another front is honoured there within
+``REMEMBERED_S`` at worst, and only by those two read-only routes.
+"""
 
 from __future__ import annotations
 
 import hmac
 import re
 import secrets
+import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +26,8 @@ from retrieval.db import Database
 KEY_SHAPE = re.compile(r"rdk_([0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 LAST_USED_EVERY_S = 60.0  # last-used time is written at most this often per key
 _NO_KEY_HASH = "0" * 64  # compared against when the prefix names no key
+REMEMBERED_S = 900.0  # how long a verified key stands in for the database's answer
+REMEMBERED_MAX = 1000  # keys remembered at most (the oldest go first)
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,8 @@ class ApiKeys:
     def __init__(self, db: Database):
         self.db = db
         self._last_written: dict[int, float] = {}
+        self._verified: dict[str, tuple[Principal, float]] = {}  # key hash -> who, when
+        self._verified_lock = threading.Lock()
 
     def create(
         self,
@@ -103,15 +115,39 @@ class ApiKeys:
         # tell a guesser which prefixes are real.
         expected = str(row["key_hash"]) if row is not None else _NO_KEY_HASH
         if not hmac.compare_digest(expected, token_hash(key)) or row is None:
+            self._forget(lambda hashed, _: hashed == token_hash(key))
             return None
         api_key = self._key(row)
         user = User(api_key.user_id, api_key.user_name, row["role"])
-        return Principal(
+        principal = Principal(
             user,
             key_id=api_key.id,
             read_only=api_key.read_only,
             key_collections=api_key.collections,
         )
+        self._remember(token_hash(key), principal)
+        return principal
+
+    def verified_lately(self, key: str) -> Principal | None:
+        """Who ``key`` was when this process last verified it, within ``REMEMBERED_S``
+        (for routes that answer whatever the database does: see the module's notes)."""
+        with self._verified_lock:
+            found = self._verified.get(token_hash(key))
+        if found is None or time.monotonic() - found[1] > REMEMBERED_S:
+            return None
+        return found[0]
+
+    def _remember(self, hashed: str, principal: Principal) -> None:
+        with self._verified_lock:
+            self._verified.pop(hashed, None)  # re-inserted: the newest at the end
+            self._verified[hashed] = (principal, time.monotonic())
+            while len(self._verified) > REMEMBERED_MAX:
+                del self._verified[next(iter(self._verified))]
+
+    def _forget(self, which: Callable[[str, Principal], bool]) -> None:
+        with self._verified_lock:
+            for hashed in [h for h, (p, _) in self._verified.items() if which(h, p)]:
+                del self._verified[hashed]
 
     def touch_due(self, key_id: int) -> bool:
         """Whether ``touch`` would write now (so callers skip the thread hop otherwise)."""
@@ -157,6 +193,7 @@ class ApiKeys:
         params: list[Any] = [time.time(), key_id]
         if user_id is not None:
             sql, params = sql + " AND user_id = ?", [*params, user_id]
+        self._forget(lambda _, principal: principal.key_id == key_id)
         with self.db.write() as db:
             return db.execute(sql, params).rowcount > 0
 

@@ -129,7 +129,7 @@ def _added_in_postgresql(settings: Settings) -> list[Any]:
     db = PostgresDatabase(
         settings.server.database_url.get_secret_value(),
         pool_size=1,
-        statement_timeout_s=settings.server.database_timeout_s,
+        timeout_s=settings.server.database_timeout_s,
     )
     try:
         return db.read().execute(_ADDED).fetchall()

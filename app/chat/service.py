@@ -19,7 +19,7 @@ from app.chat.prefetch import Prefetcher, asker_key
 from app.chat.records import Citation, Conversation, Message, ShownSource, TurnContext
 from app.chat.stopping import RunningAnswers, StopRequested, stopped_text
 from app.config.settings import Settings
-from app.errors import NotFound, UnprocessableInput, from_engine
+from app.errors import NotFound, UnprocessableInput, from_engine, is_store_unavailable
 from llm.backend import Backend
 from llm.params import (
     BackendFailed,
@@ -317,8 +317,8 @@ class ChatService:
     def _settled(self, question: Message, done: asyncio.Future[Message]) -> None:
         """A complete answer is stored after its client left (see ``_generate``)."""
         self._answering.discard(question.id)
-        if not done.cancelled() and done.exception() is not None:
-            log.error("could not store an answer", exc_info=done.exception())
+        if not done.cancelled() and (failed := done.exception()) is not None:
+            _not_stored("an answer", failed)
 
     def _save_stopped(self, question: Message, partial: str, progress: _Progress) -> None:
         """Store a cut-short answer without awaiting (a closing generator must not wait for
@@ -332,8 +332,8 @@ class ChatService:
 
         def stored(done: asyncio.Future[Message]) -> None:
             self._answering.discard(question.id)
-            if not done.cancelled() and done.exception() is not None:
-                log.error("could not store a stopped answer", exc_info=done.exception())
+            if not done.cancelled() and (failed := done.exception()) is not None:
+                _not_stored("a stopped answer", failed)
 
         future.add_done_callback(stored)
 
@@ -565,6 +565,16 @@ class ChatService:
         if progress.on_stored is not None:
             progress.on_stored(stored)
         return stored
+
+
+def _not_stored(what: str, exc: BaseException) -> None:
+    """An answer nobody waits for any more could not be stored: the database being
+    away is one line (readiness and the requests of the moment say the rest); anything
+    else is a bug, with its traceback."""
+    if is_store_unavailable(exc):
+        log.warning("could not store %s: %s", what, exc)
+    else:
+        log.error("could not store %s", what, exc_info=exc)
 
 
 def _still_readable(scope: frozenset[int] | None) -> frozenset[int]:

@@ -7,8 +7,9 @@ may be down, too slow or read-only (a failover in progress): ``/health/ready`` t
 The check (``PostgresDatabase.ping``) runs on a thread of its own at most every
 ``every_s``; readiness waits for it only ``wait_s`` and otherwise reports what the last
 check found, so a probe never hangs on a server that does not answer. A check still
-running after ``slow_s`` counts as a failure, and a request that met the database
-unavailable (``failed``) tells the watch at once. Every reason comes from
+running after ``slow_s`` (the database's own bound, 5 s at most) counts as a failure;
+a request that met the database unavailable (``failed``), or the store having found the
+server silent (``silent``), tells the watch at once. Every reason comes from
 ``StoreUnavailable``, whose text shows the URL with its password blanked. The change of
 state is logged once each way.
 """
@@ -39,10 +40,12 @@ class DatabaseWatch:
         every_s: float = CHECK_EVERY_S,
         wait_s: float = CHECK_WAIT_S,
         slow_s: float = CHECK_SLOW_S,
+        silent: Callable[[], str | None] = lambda: None,
     ):
         """``ping`` raises when the database cannot be used (None: nothing to watch);
-        ``blank`` removes secrets from an error's text."""
-        self._ping, self.where, self._blank = ping, where, blank
+        ``blank`` removes secrets from an error's text; ``silent`` says why the store
+        refuses calls at once just now (a server found silent), or None."""
+        self._ping, self.where, self._blank, self._silent = ping, where, blank, silent
         self.every_s, self.wait_s, self.slow_s = every_s, wait_s, slow_s
         self._lock = threading.Lock()
         self._problem: str | None = None
@@ -57,7 +60,13 @@ class DatabaseWatch:
             from retrieval.pg import PostgresDatabase, redacted  # psycopg: only on PostgreSQL
 
             if isinstance(db, PostgresDatabase):
-                return cls(db.ping, f"the database at {db.shown_url}", blank=redacted)
+                return cls(
+                    db.ping,
+                    f"the database at {db.shown_url}",
+                    blank=redacted,
+                    slow_s=min(CHECK_SLOW_S, db.timeout_s),
+                    silent=db.silent,
+                )
         return cls(None)
 
     @property
@@ -71,7 +80,10 @@ class DatabaseWatch:
         if self._ping is None:
             return None
         now = time.monotonic()
+        silent = self._silent()
         with self._lock:
+            if silent is not None:  # until a check (which asks all the same) finds it back
+                self._set(silent)
             running = self._running
             if running is not None:
                 if now - self._running_since > self.slow_s:

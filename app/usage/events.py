@@ -19,6 +19,7 @@ from app.auth.scope import current_access
 from app.chat.answering import NO_ANSWER, NOT_STATED, NOTHING_FOUND, WITHHELD
 from app.chat.finished import FinishedAnswer, FinishedListener
 from app.chat.stopping import STOPPED
+from app.errors import is_store_unavailable
 from app.usage.gaps import remember_unanswered
 from app.usage.rollups import EventFacts, merge_into, tally_events
 from llm.support import declines
@@ -107,8 +108,11 @@ class UsageRecorder:
             outcome = self._write(asker, finished, time.time() if at is None else at)
             if outcome in ("declined", "withheld") and self.embedder is not None:
                 remember_unanswered(self.db, self.embedder, finished.question)
-        except Exception:
-            log.exception("could not record a usage event")
+        except Exception as exc:
+            if is_store_unavailable(exc):  # the database is away: said once, elsewhere
+                log.warning("could not record a usage event: %s", exc)
+            else:
+                log.exception("could not record a usage event")
 
     def _write(self, asker: Asker, finished: FinishedAnswer, at: float) -> Outcome:
         outcome = outcome_of(

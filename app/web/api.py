@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,7 +19,6 @@ from app.auth.access import (
     readable_documents,
     require_conversation,
 )
-from app.auth.service import Auth
 from app.chat.prefetch import asker_key
 from app.chat.records import Message
 from app.chat.service import (
@@ -39,7 +37,7 @@ from app.documents.intake import (
     submit_all,
     upload_collection,
 )
-from app.errors import AppError, NotFound
+from app.errors import NotFound
 from app.schemas import (
     ChatDone,
     ChatIn,
@@ -57,9 +55,8 @@ from app.state import Retrieval, Services
 from app.web.busy import require_quiet
 from app.web.deps import provide_chat, provide_retrieval, provide_services
 from app.web.document_views import original_file, original_file_head
+from app.web.stream_errors import retry_after_s, stream_error
 from retrieval.store import DocumentGone
-
-log = logging.getLogger(__name__)
 
 
 class DocumentsApi(Controller):
@@ -168,14 +165,17 @@ class ChatApi(Controller):
         _, question = await asyncio.to_thread(
             chat.ask, data.message, data.conversation_id, current_user_id()
         )
-        return ServerSentEvent(json_events(chat, question, services.auth))
+        return ServerSentEvent(json_events(chat, question, services))
 
 
 async def json_events(
-    chat: ChatService, question: Message, auth: Auth | None = None
+    chat: ChatService, question: Message, services: Services | None = None
 ) -> AsyncIterator[ServerSentEventMessage]:
+    """The answer's events; one that fails after they began ends with an ``error`` event
+    (``status``, ``detail``, and ``retry_after`` in seconds when trying again may work:
+    app/web/stream_errors.py). The ``token`` events already sent are the answer so far."""
     try:
-        audit = answer_audit(auth) if auth is not None else None
+        audit = answer_audit(services.auth) if services is not None else None
         async for event in chat.answer(question, on_stored=audit):
             if isinstance(event, ReadingEvent):
                 sources = ChatSources([CitationOut.of(c) for c in event.sources], event.query)
@@ -187,16 +187,12 @@ async def json_events(
                 yield ServerSentEventMessage(data=_json(checking), event="checking")
             elif isinstance(event, DoneEvent):
                 yield ServerSentEventMessage(data=_json(ChatDone.of(event.message)), event="done")
-    except AppError as exc:
-        yield ServerSentEventMessage(
-            data=_json({"status": exc.status, "detail": exc.detail}), event="error"
-        )
-    except Exception:  # the response has started: report in-band, never just hang up
-        log.exception("answer stream failed")
-        yield ServerSentEventMessage(
-            data=_json({"status": 500, "detail": "the answer failed; see the server log"}),
-            event="error",
-        )
+    except Exception as exc:  # the response has started: report in-band, never just hang up
+        error = stream_error(exc, services)
+        body: dict[str, object] = {"status": error.status, "detail": error.detail}
+        if (retry := retry_after_s(error)) is not None:
+            body["retry_after"] = retry
+        yield ServerSentEventMessage(data=_json(body), event="error")
 
 
 def _json(value: object) -> str:

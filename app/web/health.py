@@ -3,6 +3,10 @@
 Anyone (a load balancer, say) gets the status and, when not ready, the kind of problem in
 fixed words. The problem's own text names model files and exception messages: only an
 admin's session or key (``Principal.may_monitor``) gets it.
+
+None of them waits on the database (``storeless``/``store_free``: app/auth/guards.py):
+liveness asks it nothing, readiness reports what the database watch last found, and
+metrics read from it only what comes within a moment.
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ from app.schemas import Health, Readiness
 from app.state import Services
 
 
-@get("/health/live", sync_to_thread=False, opt={"public": True})
+@get("/health/live", sync_to_thread=False, opt={"public": True, "storeless": True})
 def live() -> Health:
     """The process is up and serving HTTP."""
     return Health(status="ok")
 
 
-@get("/health/ready", sync_to_thread=True, opt={"public": True})  # may wait 0.25 s
+@get("/health/ready", sync_to_thread=True, opt={"public": True, "store_free": True})  # waits 0.25 s
 def ready(request: Request[Any, Any, Any], state: State) -> Response[Health]:
     """200 once the models and vector index are loaded; 503 with the reason until then,
     and from the moment a SIGTERM starts the drain. A full disk is reported in ``disk``
@@ -55,8 +59,8 @@ def ready(request: Request[Any, Any, Any], state: State) -> Response[Health]:
 @get(
     "/metrics",
     media_type="text/plain; version=0.0.4",
-    sync_to_thread=False,
-    opt={"monitoring": True},  # admins only: Prometheus scrapes with an admin's API key
+    sync_to_thread=True,  # a gauge read from the database may wait a moment
+    opt={"monitoring": True, "store_free": True},  # admins: Prometheus scrapes with a key
 )
 def metrics_endpoint(state: State) -> Response[bytes]:
     metrics: Metrics = state.services.metrics

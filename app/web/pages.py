@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import time
 from collections.abc import AsyncIterator
@@ -35,6 +34,7 @@ from app.state import Services
 from app.web.busy import require_quiet
 from app.web.deps import provide_chat, provide_services
 from app.web.document_views import document_row_template, pdf_page_image
+from app.web.stream_errors import stream_error
 from app.web.ui_context import (
     choose_model,
     choose_scope,
@@ -47,8 +47,6 @@ from app.web.ui_context import (
 from app.web.upload_ui import UploadFailure, upload_failure_reason, upload_target
 from retrieval.display import shown
 from retrieval.store import DocumentGone
-
-log = logging.getLogger(__name__)
 
 
 class AskForm(Struct):
@@ -338,7 +336,8 @@ async def html_events(
     """What the model reads, the answer so far as rendered Markdown at each token (a list
     is a list, bold is bold, while it is written), which passages it is checking the
     answer against, then the finished message replacing the stream (with its citations
-    linked)."""
+    linked). A failure after the stream began replaces it with the text written so far
+    and the error under it (app/web/stream_errors.py)."""
     templates = request.app.template_engine
     assert templates is not None
     written, drawn_at = "", 0.0
@@ -371,14 +370,12 @@ async def html_events(
                     message=event.message, documents=documents, repeated=event.repeated
                 )
                 yield ServerSentEventMessage(data=html, event="done")
-    except AppError as exc:
+    except Exception as exc:  # the response has started: say so in the page, never hang up
+        error = stream_error(exc, getattr(request.app.state, "services", None))
         html = templates.get_template("_error.html").render(
-            status=exc.status, title=exc.title, detail=exc.detail
+            status=error.status, title=error.title, detail=error.detail
         )
-        yield ServerSentEventMessage(data=html, event="done")
-    except Exception:  # the response has started: say so in the page, never just hang up
-        log.exception("answer stream failed")
-        html = templates.get_template("_error.html").render(
-            status=500, title="Server error", detail="the answer failed; see the server log"
-        )
+        if written:  # what was read so far stays on the page
+            kept = templates.get_template("_token.html").render(written=written)
+            html = f'<div class="msg-body markdown">{kept}</div>{html}'
         yield ServerSentEventMessage(data=html, event="done")

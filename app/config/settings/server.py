@@ -36,7 +36,11 @@ class ServerSettings(Section):
     database_timeout_s: float = Field(
         30.0,
         gt=0,
-        description="Longest one PostgreSQL statement may run before the request gets 503.",
+        description=(
+            "Longest any wait on PostgreSQL may take (a statement, a pooled connection, a"
+            " server that stopped answering; connecting: at most 10 s) before the request"
+            " gets 503."
+        ),
     )
     max_upload_bytes: int = Field(
         50 * 1024 * 1024, gt=0, description="Largest accepted request body; larger gets 413."
