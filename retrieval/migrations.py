@@ -359,3 +359,32 @@ def m024_tables_and_page_labels(db: sqlite_utils.Database) -> None:
     "Message 2: Re: budget"); empty means "Page n"."""
     db.execute("ALTER TABLE chunks ADD COLUMN table_context TEXT")
     db.execute("ALTER TABLE pages ADD COLUMN label TEXT NOT NULL DEFAULT ''")
+
+
+@MIGRATIONS.add()
+def m025_table_headers_searched(db: sqlite_utils.Database) -> None:
+    """The full-text index reads a table passage's caption and header with its heading: the
+    rows alone do not say "Label colour", and a lookup by column name must find them by
+    words too, not only by meaning (the embedding has always had the header)."""
+    heading = "TRIM(COALESCE(new.heading, '') || ' ' || COALESCE(new.table_context, ''))"
+    db.execute("DROP TRIGGER chunks_fts_insert")
+    db.execute("DROP TRIGGER chunks_fts_update")
+    db.execute(
+        f"""CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+            INSERT INTO chunks_fts (rowid, title, heading, text)
+            SELECT new.id, COALESCE(d.title, d.filename), {heading}, new.text FROM documents d
+            WHERE d.id = new.document_id;
+        END"""
+    )
+    db.execute(
+        f"""CREATE TRIGGER chunks_fts_update AFTER UPDATE OF heading, text, table_context
+            ON chunks BEGIN
+            UPDATE chunks_fts SET heading = {heading}, text = new.text WHERE rowid = new.id;
+        END"""
+    )
+    db.execute(
+        """UPDATE chunks_fts SET heading = (
+               SELECT TRIM(COALESCE(c.heading, '') || ' ' || c.table_context) FROM chunks c
+               WHERE c.id = chunks_fts.rowid)
+           WHERE rowid IN (SELECT id FROM chunks WHERE table_context IS NOT NULL)"""
+    )

@@ -436,3 +436,46 @@ def m004_tables_and_page_labels(db: Any) -> None:
     """``chunks.table_context`` and ``pages.label``, as SQLite's m024 (retrieval/migrations.py)."""
     db.execute("ALTER TABLE chunks ADD COLUMN table_context TEXT")
     db.execute("ALTER TABLE pages ADD COLUMN label TEXT NOT NULL DEFAULT ''")
+
+
+@PG_MIGRATIONS.add()
+def m005_table_headers_searched(db: Any) -> None:
+    """The lexical index reads a table passage's caption and header with its heading, as
+    SQLite's m025 (retrieval/migrations.py)."""
+    for statement in TABLE_HEADER_STATEMENTS:
+        db.execute(statement)
+
+
+TABLE_HEADER_STATEMENTS = (
+    """CREATE OR REPLACE FUNCTION chunk_terms_passage() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM chunk_terms_index(
+            NEW.id,
+            (SELECT COALESCE(d.title, d.filename) FROM documents d WHERE d.id = NEW.document_id),
+            concat_ws(' ', NEW.heading, NEW.table_context),
+            NEW.text
+        );
+        RETURN NULL;
+    END
+    $$""",
+    "DROP TRIGGER chunk_terms_edit ON chunks",
+    """CREATE TRIGGER chunk_terms_edit AFTER UPDATE OF heading, text, table_context ON chunks
+        FOR EACH ROW
+        WHEN (NEW.heading IS DISTINCT FROM OLD.heading OR NEW.text IS DISTINCT FROM OLD.text
+              OR NEW.table_context IS DISTINCT FROM OLD.table_context)
+        EXECUTE FUNCTION chunk_terms_passage()""",
+    """CREATE OR REPLACE FUNCTION chunk_terms_title() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM chunk_terms_index(
+            c.id, COALESCE(NEW.title, NEW.filename), concat_ws(' ', c.heading, c.table_context),
+            c.text
+        )
+        FROM chunks c WHERE c.document_id = NEW.id;
+        RETURN NULL;
+    END
+    $$""",
+    """SELECT chunk_terms_index(
+            c.id, COALESCE(d.title, d.filename), concat_ws(' ', c.heading, c.table_context), c.text
+        )
+        FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.table_context IS NOT NULL""",
+)
