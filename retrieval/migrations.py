@@ -366,20 +366,24 @@ def m025_table_headers_searched(db: sqlite_utils.Database) -> None:
     """The full-text index reads a table passage's caption and header with its heading: the
     rows alone do not say "Label colour", and a lookup by column name must find them by
     words too, not only by meaning (the embedding has always had the header)."""
-    heading = "TRIM(COALESCE(new.heading, '') || ' ' || COALESCE(new.table_context, ''))"
     db.execute("DROP TRIGGER chunks_fts_insert")
     db.execute("DROP TRIGGER chunks_fts_update")
     db.execute(
-        f"""CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+        """CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
             INSERT INTO chunks_fts (rowid, title, heading, text)
-            SELECT new.id, COALESCE(d.title, d.filename), {heading}, new.text FROM documents d
-            WHERE d.id = new.document_id;
+            SELECT new.id, COALESCE(d.title, d.filename),
+                   TRIM(COALESCE(new.heading, '') || ' ' || COALESCE(new.table_context, '')),
+                   new.text
+            FROM documents d WHERE d.id = new.document_id;
         END"""
     )
     db.execute(
-        f"""CREATE TRIGGER chunks_fts_update AFTER UPDATE OF heading, text, table_context
+        """CREATE TRIGGER chunks_fts_update AFTER UPDATE OF heading, text, table_context
             ON chunks BEGIN
-            UPDATE chunks_fts SET heading = {heading}, text = new.text WHERE rowid = new.id;
+            UPDATE chunks_fts
+            SET heading = TRIM(COALESCE(new.heading, '') || ' ' || COALESCE(new.table_context, '')),
+                text = new.text
+            WHERE rowid = new.id;
         END"""
     )
     db.execute(

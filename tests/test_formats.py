@@ -140,9 +140,13 @@ def test_a_column_name_finds_the_rows_under_it_by_words_too(
     """The rows of a table do not hold its header; the full-text index reads it with them,
     so a lexical search for a column name ("Monthly fee") finds a row passage."""
     services = client.app.state.services
-    rows = services.db.read().execute(
-        "SELECT c.id FROM chunks_fts f JOIN chunks c ON c.id = f.rowid"
-        " WHERE chunks_fts MATCH ? AND c.table_context IS NOT NULL AND c.document_id = ?",
-        ['"monthly fee"', indexed["permits.xlsx"]["id"]],
-    ).fetchall()
+    rows = (
+        services.db.read()
+        .execute(
+            "SELECT c.id FROM chunks_fts f JOIN chunks c ON c.id = f.rowid"
+            " WHERE chunks_fts MATCH ? AND c.table_context IS NOT NULL AND c.document_id = ?",
+            ['"monthly fee"', indexed["permits.xlsx"]["id"]],
+        )
+        .fetchall()
+    )
     assert rows, "no table passage of permits.xlsx is found by its column name"
