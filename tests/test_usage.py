@@ -367,6 +367,18 @@ def test_unanswered_questions_are_embedded_when_recorded_so_no_view_waits(
     assert embedder.texts == ["Where is the gym?", "bonus?"]  # the view embedded nothing
 
 
+def test_a_question_of_punctuation_alone_is_a_gap_of_its_own(client: TestClient[Any]) -> None:
+    """Its vector is all zeros, so it was not even similar to itself: it led an empty group
+    and the gaps view answered 500 (found by the schema fuzzer)."""
+    services = client.app.state.services
+    recorder = UsageRecorder(services.db, HashingEmbedder())
+    recorder.record(Asker(None, None, "api"), _finished("?!", NOTHING_FOUND, 0, 0), at=NOON)
+    found = GapFinder(services.db, HashingEmbedder()).find(
+        parse_period(None, "2026-12-03", "2026-12-03")
+    )
+    assert [(gap.question, gap.count) for gap in found.gaps] == [("?!", 1)]
+
+
 class CountingEmbedder(HashingEmbedder):
     def __init__(self) -> None:
         super().__init__()

@@ -100,6 +100,9 @@ class GapFinder:
             return GapReport([], rows, 0, False)
         vectors = question_vectors(self.db, self.embedder, [a.text for a in ordered])
         similar = vectors @ vectors.T >= SIMILAR
+        # A question is always in its own group, even one whose vector is all zeros (text
+        # of punctuation only): it led an empty group, and max() of it was a 500.
+        np.fill_diagonal(similar, True)
         taken = np.zeros(len(ordered), dtype=bool)
         gaps: list[Gap] = []
         for i, leader in enumerate(ordered):  # the most asked open question leads a group
