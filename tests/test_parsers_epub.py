@@ -7,8 +7,10 @@ import zipfile
 
 import pytest
 
-from retrieval.parsers.epub import is_epub, parse_epub
+from retrieval.parsers import UnsupportedDocumentType, detect_kind
+from retrieval.parsers.epub import parse_epub
 from retrieval.parsers.errors import ParseError
+from retrieval.types import DocumentKind
 
 _CONTAINER = """<?xml version="1.0" encoding="UTF-8"?>
 <container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">
@@ -93,7 +95,7 @@ def _reason(data: bytes) -> str:
 
 def test_spine_chapters_become_labelled_pages() -> None:
     data = _epub(_BOOK)
-    assert is_epub(data)
+    assert detect_kind(data, "upload") is DocumentKind.EPUB
     document = parse_epub(data, "fallback")
     assert document.title == "The Harbour Guide"
     first, second = document.pages
@@ -179,9 +181,11 @@ def test_missing_or_broken_package_file() -> None:
 
 
 def test_is_epub_reads_the_mimetype_member() -> None:
-    assert not is_epub(_epub(_BOOK, mimetype=b"application/vnd.oasis.opendocument.text"))
-    assert not is_epub(b"PK\x03\x04 broken")
-    assert not is_epub(b"<html></html>")
+    odt = _epub(_BOOK, mimetype=b"application/vnd.oasis.opendocument.text")
+    assert detect_kind(odt, "upload") is not DocumentKind.EPUB
+    for data in (b"PK\x03\x04 broken", b"<html></html>"):
+        with pytest.raises(UnsupportedDocumentType):
+            detect_kind(data, "upload")
 
 
 def test_chapter_with_a_plain_doctype_is_read() -> None:

@@ -10,10 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
+from retrieval.parsers import UnsupportedDocumentType, detect_kind
 from retrieval.parsers.errors import ParseError
-from retrieval.parsers.odf import MAX_SLIDES, odf_kind, parse_odp, parse_ods, parse_odt
+from retrieval.parsers.odf import MAX_SLIDES, parse_odp, parse_ods, parse_odt
 from retrieval.parsers.tables import MAX_COLUMNS
-from retrieval.types import Block, ParsedDocument
+from retrieval.types import Block, DocumentKind, ParsedDocument
 
 MIME = "application/vnd.oasis.opendocument."
 NS = " ".join(
@@ -103,27 +104,35 @@ def row(*values: str) -> str:
     return f"<table:table-row>{cells(*values)}</table:table-row>"
 
 
-# --- odf_kind ----------------------------------------------------------------------------
+# --- detection (detect_kind reads the mimetype member) -------------------------------------
+ODF_KINDS = {DocumentKind.ODT, DocumentKind.ODS, DocumentKind.ODP}
+
+
+def _kind(data: bytes) -> DocumentKind | None:
+    try:
+        return detect_kind(data, "upload")
+    except UnsupportedDocumentType:
+        return None
 
 
 def test_odf_kind_reads_the_mimetype_member() -> None:
-    assert odf_kind(odt("<text:p>x</text:p>")) == "odt"
-    assert odf_kind(ods("")) == "ods"
-    assert odf_kind(odp("")) == "odp"
+    assert _kind(odt("<text:p>x</text:p>")) is DocumentKind.ODT
+    assert _kind(ods("")) is DocumentKind.ODS
+    assert _kind(odp("")) is DocumentKind.ODP
     template = package("presentation-template", content("", "presentation"))
-    assert odf_kind(template) == "odp"
+    assert _kind(template) is DocumentKind.ODP
     lax = package("spreadsheet", content("", "spreadsheet"), mimetype_first=False)
-    assert odf_kind(lax) == "ods"
+    assert _kind(lax) is DocumentKind.ODS
 
 
 def test_odf_kind_is_none_for_other_files() -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("word/document.xml", "<w:document/>")
-    assert odf_kind(buffer.getvalue()) is None
-    assert odf_kind(package("graphics", content("", "drawing"))) is None
-    assert odf_kind(b"%PDF-1.7 ...") is None
-    assert odf_kind(b"PK\x03\x04 truncated") is None
+    assert _kind(buffer.getvalue()) not in ODF_KINDS
+    assert _kind(package("graphics", content("", "drawing"))) not in ODF_KINDS
+    assert _kind(b"%PDF-1.7 ...") not in ODF_KINDS
+    assert _kind(b"PK\x03\x04 truncated") not in ODF_KINDS
 
 
 # --- ODT -----------------------------------------------------------------------------------

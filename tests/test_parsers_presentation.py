@@ -14,10 +14,10 @@ from pptx.presentation import Presentation
 from pptx.slide import Slide
 from pptx.util import Inches
 
-from retrieval.parsers import presentation
+from retrieval.parsers import UnsupportedDocumentType, detect_kind, presentation
 from retrieval.parsers.errors import ParseError
-from retrieval.parsers.presentation import looks_like_pptx, parse_pptx
-from retrieval.types import Block, ParsedPage
+from retrieval.parsers.presentation import parse_pptx
+from retrieval.types import Block, DocumentKind, ParsedPage
 
 # Layouts of python-pptx's default template.
 TITLE_AND_CONTENT, TITLE_ONLY, BLANK = 1, 5, 6
@@ -256,9 +256,10 @@ def test_mac_printer_settings_are_not_a_dtd() -> None:
 
 
 def test_recognised_by_its_main_part() -> None:
-    assert looks_like_pptx(_deck_bytes())
-    assert not looks_like_pptx(b"PK\x03\x04 not really")
-    assert not looks_like_pptx(b"%PDF-1.7")
+    assert detect_kind(_deck_bytes(), "upload") is DocumentKind.PPTX
+    with pytest.raises(UnsupportedDocumentType):  # a broken ZIP not named as a deck
+        detect_kind(b"PK\x03\x04 not really", "upload")
+    assert detect_kind(b"%PDF-1.7", "upload") is not DocumentKind.PPTX
 
 
 def _reason(data: bytes) -> str:

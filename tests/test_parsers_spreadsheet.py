@@ -12,11 +12,11 @@ from collections.abc import Callable
 import pytest
 from openpyxl import Workbook
 
-from retrieval.parsers import spreadsheet
+from retrieval.parsers import UnsupportedDocumentType, detect_kind, spreadsheet
 from retrieval.parsers.errors import ParseError
-from retrieval.parsers.spreadsheet import is_xlsx_zip, parse_xlsx
+from retrieval.parsers.spreadsheet import parse_xlsx
 from retrieval.parsers.text import parse_csv
-from retrieval.types import ParsedPage
+from retrieval.types import DocumentKind, ParsedPage
 
 
 def xlsx(workbook: Workbook) -> bytes:
@@ -369,12 +369,20 @@ def test_a_damaged_sheet_is_left_out_with_a_warning() -> None:
     )
 
 
+def _zip_of(*names: str) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name in names:
+            archive.writestr(name, "<x/>")
+    return buffer.getvalue()
+
+
 def test_workbooks_are_recognised_by_their_parts() -> None:
-    workbook = Workbook()
-    with zipfile.ZipFile(io.BytesIO(xlsx(workbook))) as archive:
-        assert is_xlsx_zip(set(archive.namelist()))
-    assert not is_xlsx_zip({"word/document.xml", "[Content_Types].xml"})
-    assert not is_xlsx_zip({"xl/workbook.bin"})  # XLSB: binary, not read
+    assert detect_kind(xlsx(Workbook()), "upload") is DocumentKind.XLSX
+    docx = _zip_of("word/document.xml", "[Content_Types].xml")
+    assert detect_kind(docx, "upload") is not DocumentKind.XLSX
+    with pytest.raises(UnsupportedDocumentType):  # XLSB: binary, not read
+        detect_kind(_zip_of("xl/workbook.bin"), "upload")
 
 
 def test_csv_is_one_table_under_the_file_name() -> None:

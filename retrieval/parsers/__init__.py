@@ -23,6 +23,7 @@ from retrieval.parsers.html import parse_html
 from retrieval.parsers.image import is_image
 from retrieval.parsers.ocr import OcrOptions
 from retrieval.parsers.pdf import parse_pdf
+from retrieval.parsers.rtf import is_rtf
 from retrieval.parsers.text import decode_text, parse_csv, parse_markdown, parse_plain_text
 from retrieval.types import DocumentKind, ParsedDocument
 
@@ -149,7 +150,7 @@ def _signed_kind(data: bytes, head: bytes, claimed: DocumentKind | None) -> Docu
         return _zip_kind(data, claimed)
     if head.startswith(_OLE):
         return _compound_kind(data, claimed)
-    if head.startswith(b"{\\rtf"):
+    if is_rtf(head):
         return DocumentKind.RTF
     if is_image(head):
         return DocumentKind.IMAGE

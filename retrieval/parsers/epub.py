@@ -48,7 +48,6 @@ MAX_LABEL_HEADING_CHARS = 80
 MAX_NAMES_IN_WARNING = 5
 _CONTAINER = "META-INF/container.xml"
 _ENCRYPTION = "META-INF/encryption.xml"
-_MIMETYPE = b"application/epub+zip"
 _DC = "{http://purl.org/dc/elements/1.1/}"
 _XHTML_TYPES = frozenset({"application/xhtml+xml", "text/html", "text/x-oeb1-document"})
 _OPF_TYPE = "application/oebps-package+xml"
@@ -59,18 +58,6 @@ _SELF_CLOSED_RAW = re.compile(
     r"<(title|script|style|textarea|iframe|noscript|noembed|noframes|xmp)(\s[^<>]*)?/>", re.I
 )
 _ZIP_ERRORS = (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error, RuntimeError)
-
-
-def is_epub(data: bytes) -> bool:
-    """Whether ``data`` is a ZIP whose ``mimetype`` member says EPUB (format detection)."""
-    if not data.startswith(b"PK\x03\x04"):
-        return False
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            member = archive.getinfo("mimetype")
-            return member.file_size <= 64 and archive.read(member).strip() == _MIMETYPE
-    except (KeyError, NotImplementedError, *_ZIP_ERRORS):
-        return False
 
 
 def parse_epub(data: bytes, fallback_title: str) -> ParsedDocument:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import io
 import re
-import struct
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -62,13 +61,12 @@ from retrieval.parsers.text import clean_text, single_page
 from retrieval.parsers.titles import named_title
 from retrieval.types import Block, ParsedDocument, ParsedPage
 
-__all__ = ["MAX_CELLS", "MAX_SLIDES", "odf_kind", "parse_odp", "parse_ods", "parse_odt"]
+__all__ = ["MAX_CELLS", "MAX_SLIDES", "parse_odp", "parse_ods", "parse_odt"]
 
 MAX_CELLS = 1_000_000  # filled cells, repetitions counted: far above any sheet people read
 MAX_SLIDES = 5_000
 MAX_DEPTH = 200  # real documents nest a few dozen levels (lists in tables in frames)
 _MAX_LABEL_CHARS = 120
-_MIMETYPE_BYTES = 256
 
 _NAMESPACES = {
     "office": "urn:oasis:names:tc:opendocument:xmlns:office:1.0",
@@ -181,49 +179,6 @@ _INLINE_SKIPPED = frozenset(_q(n) for n in ("office:annotation", "office:annotat
 _XML_WHITESPACE = str.maketrans("\n\r\t", "   ")  # ODF reads them as spaces
 # LibreOffice names tables "Table1", "Tabelle1", "Tableau1" ... in each UI language: no caption.
 _DEFAULT_TABLE_NAME = re.compile(r"[^\W\d_]+ ?\d+")
-
-_KINDS = {
-    f"application/vnd.oasis.opendocument.{name}{variant}": kind
-    for name, kind in (("text", "odt"), ("spreadsheet", "ods"), ("presentation", "odp"))
-    for variant in ("", "-template")
-}
-_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
-
-
-def odf_kind(data: bytes) -> str | None:
-    """``"odt"``, ``"ods"`` or ``"odp"`` when ``data`` is an OpenDocument package of that
-    kind (templates included), else None.
-
-    The kind is the package's ``mimetype`` member, which ODF stores first and uncompressed
-    so that it sits at a fixed offset (where ``file`` looks); a package whose producer put
-    it elsewhere or compressed it is read through the ZIP directory, 256 bytes at most.
-    """
-    if not data.startswith(b"PK\x03\x04"):
-        return None
-    mimetype = _first_member_mimetype(data)
-    if mimetype is None:
-        mimetype = _mimetype_member(data)
-    return _KINDS.get(mimetype.strip()) if mimetype else None
-
-
-def _first_member_mimetype(data: bytes) -> str | None:
-    if len(data) < _LOCAL_HEADER.size:
-        return None
-    _, _, _, method, _, _, _, size, _, name_len, extra_len = _LOCAL_HEADER.unpack_from(data)
-    start = _LOCAL_HEADER.size + name_len + extra_len
-    name = data[_LOCAL_HEADER.size : _LOCAL_HEADER.size + name_len]
-    if name != b"mimetype" or method != zipfile.ZIP_STORED or not size:
-        return None
-    return data[start : start + min(size, _MIMETYPE_BYTES)].decode("ascii", "replace")
-
-
-def _mimetype_member(data: bytes) -> str | None:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive, archive.open("mimetype") as member:
-            return member.read(_MIMETYPE_BYTES).decode("ascii", "replace")
-    # No such member, a broken archive, a ZIP-encrypted member, an unknown compression.
-    except (KeyError, zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError):
-        return None
 
 
 def parse_odt(data: bytes, fallback_title: str) -> ParsedDocument:

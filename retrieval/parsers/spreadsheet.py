@@ -50,7 +50,6 @@ import re
 import warnings
 import zipfile
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
@@ -86,15 +85,6 @@ _DAMAGE = (
 )
 
 Cell = tuple[str, bool]  # the cell's text, and whether the spreadsheet typed it as text
-
-
-def is_xlsx_zip(archive_names: Collection[str]) -> bool:
-    """Whether a ZIP archive's part names are a workbook's (XLSX, XLSM, XLTX, XLTM).
-
-    Every producer writes the workbook part as ``xl/workbook.xml``; an XLSB's is
-    ``xl/workbook.bin`` and is not read here.
-    """
-    return WORKBOOK_PART in archive_names
 
 
 def parse_xlsx(data: bytes, fallback_title: str) -> ParsedDocument:
