@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from llm.prompt import Source
+from llm.prompt import TABLE_ROW, Source
 
 MARKER = re.compile(r"\[(\d{1,3})\]")
 # A sentence ends at . ! ? before a space or the end, or at a line break: "22.5 hours" and
@@ -124,7 +124,7 @@ def _best_source(
 def _with_marker(sentence: str, number: int) -> str:
     body = sentence.rstrip()
     trailing = sentence[len(body) :]
-    if _TABLE_ROW.fullmatch(body.strip()):  # inside the last cell: a cell more breaks the table
+    if TABLE_ROW.fullmatch(body.strip()):  # inside the last cell: a cell more breaks the table
         cut = body.rstrip("| \t")
         return f"{cut} [{number}]{body[len(cut) :]}{trailing}"
     stripped = body.rstrip(".!?")
@@ -136,8 +136,7 @@ def _with_marker(sentence: str, number: int) -> str:
 _ROW_THEN_MARKERS = re.compile(
     r"(?m)^([ \t]*\|.*?)[ \t]*(\|)[ \t]*((?:\[\d{1,3}\][ \t]*)+?)[ \t]*$"
 )
-# A Markdown table's rows, and the rule under its header ("|---|:---:|").
-_TABLE_ROW = re.compile(r"\|.*\|")
+# The rule under a Markdown table's header ("|---|:---:|").
 _TABLE_RULE = re.compile(r"\|?\s*:?-{1,}:?\s*(?:\|\s*:?-{1,}:?\s*)*\|?")
 
 
@@ -150,7 +149,7 @@ def is_table_scaffold(text: str, at: int) -> bool:
     line = text[start : len(text) if end == -1 else end].strip()
     if _TABLE_RULE.fullmatch(line) and "-" in line and "|" in line:
         return True
-    if not _TABLE_ROW.fullmatch(line) or end == -1:
+    if not TABLE_ROW.fullmatch(line) or end == -1:
         return False
     following = text.find("\n", end + 1)
     below = text[end + 1 : len(text) if following == -1 else following].strip()

@@ -123,7 +123,7 @@ def source_line(source: Source, inert: Neutralizer) -> str:
 
 # A Markdown table row: a line that starts and ends with a pipe. Kept on a line of its own,
 # it cannot pass for anything the prompt's layout means ("Question:", "[2] …").
-_TABLE_ROW = re.compile(r"\|.*\|")
+TABLE_ROW = re.compile(r"\|.*\|")
 
 
 def _flattened(text: str, inert: Neutralizer) -> str:
@@ -133,7 +133,7 @@ def _flattened(text: str, inert: Neutralizer) -> str:
     lines: list[str] = []
     prose: list[str] = []
     for line in text.split("\n"):
-        if _TABLE_ROW.fullmatch(stripped := line.strip()):
+        if TABLE_ROW.fullmatch(stripped := line.strip()):
             if prose:
                 lines.append(one_line(" ".join(prose), inert))
                 prose.clear()

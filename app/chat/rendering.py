@@ -13,6 +13,7 @@ from app.chat.markdown import render_markdown
 from app.chat.records import Citation, Message
 from app.chat.stopping import STOPPED
 from llm.citations import cited_numbers
+from llm.prompt import TABLE_ROW
 from llm.support import declines
 
 UNGROUNDED_NOTE = "No source cited — this answer is not grounded in the documents."
@@ -95,7 +96,7 @@ def highlight_passage(page_text: str, start: int | None, end: int | None) -> Mar
             rows = [
                 _row(lines[n], offsets[n], marks)
                 for n in range(i, run)
-                if _MARKDOWN_ROW.fullmatch(lines[n])
+                if TABLE_ROW.fullmatch(lines[n])
             ]
             out.append(f'<table class="page-table">{"".join(rows)}</table>')
             i = prose = run
@@ -122,7 +123,6 @@ def highlight_passage(page_text: str, start: int | None, end: int | None) -> Mar
 
 
 TABLE_CELL = " | "
-_MARKDOWN_ROW = re.compile(r"\|.*\|")
 _UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
 
 
@@ -130,9 +130,9 @@ def _markdown_rows(lines: list[str], i: int) -> int:
     """The end of the run of Markdown rows starting at line ``i`` (``i`` if none there):
     rows with single blank lines between them, as a table's blocks are joined."""
     run = i
-    while run < len(lines) and _MARKDOWN_ROW.fullmatch(lines[run]):
+    while run < len(lines) and TABLE_ROW.fullmatch(lines[run]):
         run += 1
-        if run + 1 < len(lines) and not lines[run] and _MARKDOWN_ROW.fullmatch(lines[run + 1]):
+        if run + 1 < len(lines) and not lines[run] and TABLE_ROW.fullmatch(lines[run + 1]):
             run += 1
     return run
 
