@@ -446,15 +446,18 @@ class DocumentStore:
             if (row := by_id.get(chunk_id)) is not None
         ]
 
-    def page_label(self, document_id: int, page: int) -> str:
-        """What people call that page ("Slide 3", "Sheet Prices"); "Page n" by default."""
+    def labelled_page(self, document_id: int, page: int) -> tuple[str, str] | None:
+        """A page's text and what people call it ("Slide 3", "Sheet Prices"; "Page n" by
+        default), in one read; None for no such page."""
         rows = list(
             self.db.read().query(
-                "SELECT label FROM pages WHERE document_id = ? AND number = ?", [document_id, page]
+                "SELECT text, label FROM pages WHERE document_id = ? AND number = ?",
+                [document_id, page],
             )
         )
-        label = str(rows[0]["label"]) if rows else ""
-        return label or f"Page {page}"
+        if not rows:
+            return None
+        return str(rows[0]["text"]), str(rows[0]["label"]) or f"Page {page}"
 
     def page_text(self, document_id: int, page: int) -> str | None:
         rows = list(

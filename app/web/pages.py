@@ -117,10 +117,10 @@ async def page_view(
     and with ``answer`` where it sits among that answer's citations: the full-page viewer
     and the inspector's passage view show the same."""
     document = await asyncio.to_thread(services.store.get_document, document_id)
-    text = await asyncio.to_thread(services.store.page_text, document_id, page)
-    if document is None or text is None:
+    found_page = await asyncio.to_thread(services.store.labelled_page, document_id, page)
+    if document is None or found_page is None:
         raise NotFound("no such document page")
-    label = await asyncio.to_thread(services.store.page_label, document_id, page)
+    text, label = found_page
     found = await asyncio.to_thread(services.store.chunk, chunk) if chunk else None
     passage = found if found and (found.document_id, found.page) == (document_id, page) else None
     span = (passage.start, passage.end) if passage else (None, None)
